@@ -1,0 +1,1 @@
+//! nodetopo-crds: the `nodetopo.io/v1alpha1` API types and their validation rules.

@@ -1,0 +1,1 @@
+//! nodetopo end-to-end suite (see e2e/run.sh).

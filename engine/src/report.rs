@@ -1,0 +1,205 @@
+//! The published shapes (DESIGN.md "shapes that tools and tests rely on"): the topology
+//! summary that `discover -o json` prints and `NodeTopology.status.topology` carries, and the
+//! per-container allocation and rejection records that the agent publishes and `plan`
+//! prints. camelCase, CPU sets as list strings, ids as integers, lists sorted by id.
+//!
+//! These are plain serde structs so that the engine stays free of Kubernetes; the CRD crate
+//! embeds them (with the `schema` feature, they derive `schemars::JsonSchema`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::topology::CpuTopology;
+
+/// `status.topology`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyReport {
+    /// Online logical CPUs, in list syntax.
+    pub cpus: String,
+    /// Number of physical cores.
+    pub cores: u32,
+    /// The largest thread-sibling set (hybrid parts mix 2 and 1).
+    pub threads_per_core: u32,
+    /// Sockets, ascending by id.
+    pub sockets: Vec<SocketReport>,
+    /// NUMA nodes (including CPU-less ones), ascending by id.
+    pub numa_nodes: Vec<NumaNodeReport>,
+    /// Uncore (last-level) caches, ascending by id.
+    pub uncore_caches: Vec<UncoreCacheReport>,
+}
+
+/// One socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SocketReport {
+    /// Socket id.
+    pub id: u64,
+    /// Its online CPUs, in list syntax.
+    pub cpus: String,
+}
+
+/// One NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NumaNodeReport {
+    /// Node id.
+    pub id: u64,
+    /// Its online CPUs, in list syntax (empty for memory-only nodes).
+    pub cpus: String,
+    /// Distances to every node, in ascending node-id order; empty when unknown.
+    #[serde(default)]
+    pub distances: Vec<u32>,
+    /// Memory of the node in bytes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+/// One uncore cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct UncoreCacheReport {
+    /// Cache id.
+    pub id: u64,
+    /// Cache level (3 for L3; 0 when the socket stands in for a missing L3).
+    pub level: u32,
+    /// CPUs sharing it, in list syntax.
+    pub cpus: String,
+}
+
+/// Alignment of one container's CPUs, per boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Alignment {
+    /// Only whole physical cores (every thread sibling of each core used is in the set).
+    #[serde(rename = "physicalCPU")]
+    pub physical_cpu: bool,
+    /// Inside a single uncore cache.
+    pub uncore_cache: bool,
+    /// Inside a single NUMA node.
+    pub numa_node: bool,
+    /// Inside a single socket.
+    pub socket: bool,
+}
+
+/// A topology hint as published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct HintReport {
+    /// NUMA nodes of the affinity; absent for "no affinity".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_nodes: Option<Vec<u64>>,
+    /// Whether the hint is preferred.
+    pub preferred: bool,
+}
+
+/// One container's exclusive allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AllocationReport {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// The pod's UID.
+    #[serde(rename = "podUID")]
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// Exclusive CPUs, in list syntax.
+    pub cpus: String,
+    /// NUMA nodes the CPUs lie in, ascending.
+    pub numa_nodes: Vec<u64>,
+    /// Uncore caches the CPUs lie in, ascending.
+    pub uncore_caches: Vec<u64>,
+    /// Alignment per boundary.
+    pub aligned: Alignment,
+    /// The merged topology hint the allocation followed, when a topology manager ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<HintReport>,
+}
+
+/// A container whose admission failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RejectionReport {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// The pod's UID.
+    #[serde(rename = "podUID")]
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// The kubelet's error kind, e.g. `SMTAlignmentError`, `TopologyAffinityError`.
+    pub reason: String,
+    /// The full message.
+    pub message: String,
+}
+
+impl TopologyReport {
+    /// Summarises a topology into the published shape.
+    pub fn from_topology(t: &CpuTopology) -> Self {
+        let all = t.all_cpus();
+        let sockets = t
+            .ids_of(&all, |c| c.socket)
+            .into_iter()
+            .map(|s| SocketReport {
+                id: s as u64,
+                cpus: t.cpus_where(|c| c.socket == s).to_string(),
+            })
+            .collect();
+        let numa_nodes = t
+            .numa_nodes()
+            .iter()
+            .map(|n| NumaNodeReport {
+                id: n.id as u64,
+                cpus: n.cpus.to_string(),
+                distances: n.distances.clone().unwrap_or_default(),
+                memory_bytes: n.memory_bytes,
+            })
+            .collect();
+        let uncore_caches = t
+            .uncore_caches()
+            .iter()
+            .map(|u| UncoreCacheReport {
+                id: u.id as u64,
+                level: u32::from(u.level),
+                cpus: u.cpus.to_string(),
+            })
+            .collect();
+        Self {
+            cpus: all.to_string(),
+            cores: t.ids_of(&all, |c| c.core).len() as u32,
+            threads_per_core: t.threads_per_core() as u32,
+            sockets,
+            numa_nodes,
+            uncore_caches,
+        }
+    }
+}
+
+impl Alignment {
+    /// Computes the alignment flags of `cpus` on `t`. An empty set is aligned nowhere.
+    pub fn of(t: &CpuTopology, cpus: &CpuSet) -> Self {
+        if cpus.is_empty() {
+            return Self::default();
+        }
+        let one = |f: fn(&crate::topology::CpuInfo) -> usize| t.ids_of(cpus, f).len() == 1;
+        let physical_cpu = t
+            .ids_of(cpus, |c| c.core)
+            .into_iter()
+            .all(|core| t.cpus_where(|c| c.core == core).is_subset(cpus));
+        Self {
+            physical_cpu,
+            uncore_cache: one(|c| c.uncore),
+            numa_node: one(|c| c.numa),
+            socket: one(|c| c.socket),
+        }
+    }
+}
