@@ -5,9 +5,18 @@
 //! topology manager's hint merge. No Kubernetes objects, no clock, no I/O besides reading a
 //! sysfs tree.
 
+pub mod conformance;
+pub mod cpumanager;
 pub mod cpuset;
+pub mod pod;
+pub mod presets;
+pub mod quantity;
 pub mod report;
+pub mod sysfs;
 pub mod topology;
+pub mod topologymanager;
+pub mod windows;
 
 pub use cpuset::{CpuSet, CpuSetParseError};
+pub use pod::{Container, Pod, QosClass, ResourceList};
 pub use topology::{CpuInfo, CpuTopology, DeclaredCounts, NumaNode, TopologyError, UncoreCache};

@@ -1,0 +1,1 @@
+//! Evaluation of `cpumanager-*.json` vector files.

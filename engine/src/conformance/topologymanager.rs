@@ -1,0 +1,1 @@
+//! Evaluation of `topologymanager-*.json` vector files.

@@ -1,0 +1,1 @@
+//! The kubelet-compatible CPU manager: take algorithms, static policy, options, hints, state.

@@ -1,0 +1,1 @@
+//! Built-in machine presets for `plan` (see shared/topologies/PRESETS.md).

@@ -1,0 +1,1 @@
+//! The kubelet-compatible topology manager: NUMA masks, hint providers, merge and admission.

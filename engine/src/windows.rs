@@ -1,0 +1,1 @@
+//! Windows processor groups (KEP-4885).
