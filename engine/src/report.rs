@@ -122,6 +122,10 @@ pub struct AllocationReport {
     /// The merged topology hint the allocation followed, when a topology manager ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<HintReport>,
+    /// The NodeTopology spec generation under which the container was admitted (the agent
+    /// sets it; pods admitted under an older spec keep their CPUs after a policy change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_generation: Option<i64>,
 }
 
 /// A container whose admission failed.
