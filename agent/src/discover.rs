@@ -85,10 +85,19 @@ fn table(t: &CpuTopology, r: &TopologyReport) -> String {
     for sock in &r.sockets {
         let _ = writeln!(s, "  socket {:<6}  {}", sock.id, sock.cpus);
     }
+    // The CPU column is as wide as its longest list (irregular SNC lists get long).
+    let w = t
+        .numa_nodes()
+        .iter()
+        .map(|n| n.cpus.to_string().len())
+        .chain(t.uncore_caches().iter().map(|u| u.cpus.to_string().len()))
+        .max()
+        .unwrap_or(0)
+        .max(6);
     let _ = writeln!(s, "NUMA nodes:      {}", r.numa_nodes.len());
     let _ = writeln!(
         s,
-        "  {:<6} {:<28} {:>11}  distances",
+        "  {:<6} {:<w$} {:>11}  distances",
         "node", "cpus", "memory"
     );
     for n in t.numa_nodes() {
@@ -108,7 +117,7 @@ fn table(t: &CpuTopology, r: &TopologyReport) -> String {
                     .join(" ")
             })
             .unwrap_or_else(|| "-".into());
-        let _ = writeln!(s, "  {:<6} {:<28} {:>11}  {dist}", n.id, cpus, mem);
+        let _ = writeln!(s, "  {:<6} {:<w$} {:>11}  {dist}", n.id, cpus, mem);
         for (size_kib, pages) in &n.hugepages {
             let _ = writeln!(
                 s,
@@ -120,7 +129,7 @@ fn table(t: &CpuTopology, r: &TopologyReport) -> String {
     let _ = writeln!(s, "Uncore caches:   {}", r.uncore_caches.len());
     let _ = writeln!(
         s,
-        "  {:<6} {:<6} {:<28} {:>11}",
+        "  {:<6} {:<6} {:<w$} {:>11}",
         "id", "level", "cpus", "size"
     );
     for u in t.uncore_caches() {
@@ -132,7 +141,7 @@ fn table(t: &CpuTopology, r: &TopologyReport) -> String {
         let size = u.size_bytes.map(bytes).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             s,
-            "  {:<6} {:<6} {:<28} {:>11}",
+            "  {:<6} {:<6} {:<w$} {:>11}",
             u.id,
             level,
             u.cpus.to_string(),
