@@ -88,6 +88,29 @@ pub trait HintSource: Send + Sync + std::fmt::Debug {
         Some((*widths.iter().min()?, *widths.iter().max()?))
     }
 
+    /// Whether some hint `a` satisfies `lo ⊆ a ⊆ hi` (`lo` non-empty, `hi` within the
+    /// machine). The product merge asks this of sources that are not upward-closed (for
+    /// upward-closed ones it asks `lookup(hi)` instead, which is equivalent). The default
+    /// looks up every mask of the interval, smallest first: 2^|hi \ lo| lookups, so a
+    /// non-monotone provider used on large machines should answer from its own structure.
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        if !lo.is_subset_of(hi) {
+            return false;
+        }
+        let free = hi.minus(lo);
+        if self.lookup(lo).is_some() {
+            return true;
+        }
+        (1..=free.count()).any(|w| {
+            let mut hit = false;
+            super::mask::for_each_subset_of_width(free, w, |x| {
+                hit = self.lookup(lo.or(x)).is_some();
+                !hit
+            });
+            hit
+        })
+    }
+
     /// Monotonicity: `true` only if the hint set is **upward-closed** within the machine:
     /// whenever `a` is a hint, every `b` with `a ⊆ b ⊆ machine` is a hint too (preferred or
     /// not). The CPU and device providers' sets are ("enough free CPUs/devices in the

@@ -65,7 +65,6 @@ pub(crate) fn filter_single_numa(hints: &[TopologyHint]) -> Vec<TopologyHint> {
 }
 
 /// The single-NUMA filter of a source: its preferred one-node hints, ascending.
-#[allow(dead_code)] // used by the product merge (in progress)
 pub(crate) fn filter_single_numa_source(
     s: &dyn HintSource,
     machine: NumaMask,
@@ -95,12 +94,12 @@ pub(crate) struct Chooser<'a> {
     numa: &'a NumaInfo,
     closest: bool,
     /// The best-non-preferred affinity count `T`.
-    pub(crate) t: u32,
+    pub(crate) t: i64,
 }
 
 impl<'a> Chooser<'a> {
     /// The comparison of `policy` (closest only with prefer-closest and not single-numa-node).
-    pub(crate) fn new(numa: &'a NumaInfo, policy: TmPolicy, prefer_closest: bool, t: u32) -> Self {
+    pub(crate) fn new(numa: &'a NumaInfo, policy: TmPolicy, prefer_closest: bool, t: i64) -> Self {
         Chooser {
             numa,
             closest: prefer_closest && policy != TmPolicy::SingleNumaNode,
@@ -109,7 +108,6 @@ impl<'a> Chooser<'a> {
     }
 
     /// Whether the mask order is the closest (KEP-3545) one.
-    #[allow(dead_code)]
     pub(crate) fn is_closest(&self) -> bool {
         self.closest
     }
@@ -152,7 +150,11 @@ impl<'a> Chooser<'a> {
 
     /// Both non-preferred: whether `candidate` replaces `current` under the `T` rules.
     pub(crate) fn non_preferred_wins(&self, current: NumaMask, candidate: NumaMask) -> bool {
-        let (c, k, t) = (current.count(), candidate.count(), self.t);
+        let (c, k, t) = (
+            i64::from(current.count()),
+            i64::from(candidate.count()),
+            self.t,
+        );
         if c > t {
             self.better_mask(current, candidate)
         } else if c == t {

@@ -9,7 +9,7 @@
 pub mod error;
 pub mod fast;
 pub mod hints;
-mod lists;
+pub(crate) mod lists;
 pub mod manager;
 pub mod mask;
 pub mod numa;

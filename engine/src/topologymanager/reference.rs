@@ -38,7 +38,7 @@ pub fn merge(
         .iter()
         .filter_map(|l| narrowest_count(l))
         .max()
-        .unwrap_or(0);
+        .map_or(0, i64::from);
     let chooser = Chooser::new(numa, policy, opts.prefer_closest_numa_nodes, t);
 
     let permutations = lists
