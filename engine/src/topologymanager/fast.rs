@@ -50,6 +50,7 @@
 //! and option, bit for bit.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashSet;
 
 use super::lists::{
@@ -113,7 +114,8 @@ pub fn merge(
             List::Hints(h) => explicit.push(Explicit::new(h)),
             List::Source(s) => sources.push(Source {
                 s: *s,
-                monotone: s.is_upward_closed(machine),
+                machine,
+                monotone: OnceCell::new(),
             }),
         }
     }
@@ -188,16 +190,21 @@ impl Explicit {
     }
 }
 
-/// An implicit source with its monotonicity asked once.
+/// An implicit source; its monotonicity is asked once, and only if the non-preferred search
+/// needs it.
 struct Source<'a> {
     s: &'a dyn HintSource,
-    monotone: bool,
+    machine: NumaMask,
+    monotone: OnceCell<bool>,
 }
 
 impl Source<'_> {
     /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
     fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        if self.monotone {
+        if *self
+            .monotone
+            .get_or_init(|| self.s.is_upward_closed(self.machine))
+        {
             self.s.lookup(hi).is_some()
         } else {
             self.s.any_hint_between(lo, hi)
