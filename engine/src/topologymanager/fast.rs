@@ -427,27 +427,31 @@ impl Search<'_> {
         let free = i.minus(m);
         let mut found: Vec<NumaMask> = Vec::new();
         for k in 0..=free.count() {
-            let mut level = Vec::new();
-            let mut visit = |x: NumaMask| {
+            // Masks of one size are never subsets of each other, so each new minimal J can
+            // be explored at once (stopping at the first success).
+            let level_start = found.len();
+            let mut success = false;
+            let mut visit = |x: NumaMask, found: &mut Vec<NumaMask>| -> bool {
                 let jm = m.or(x);
-                if !found.iter().any(|f| f.is_subset_of(jm)) && src.between(jm, jm.or(outside)) {
-                    level.push(jm);
+                if !found[..level_start].iter().any(|f| f.is_subset_of(jm))
+                    && src.between(jm, jm.or(outside))
+                {
+                    found.push(jm);
+                    if self.dfs(j + 1, jm, m, memo) {
+                        success = true;
+                        return false;
+                    }
                 }
+                true
             };
             if k == 0 {
-                visit(NumaMask::EMPTY);
+                visit(NumaMask::EMPTY, &mut found);
             } else {
-                for_each_subset_of_width(free, k, |x| {
-                    visit(x);
-                    true
-                });
+                for_each_subset_of_width(free, k, |x| visit(x, &mut found));
             }
-            for jm in &level {
-                if self.dfs(j + 1, *jm, m, memo) {
-                    return true;
-                }
+            if success {
+                return true;
             }
-            found.extend(level);
         }
         false
     }
