@@ -8,9 +8,10 @@
 //! static policy with its NUMA-group rule (a node holding a single-NUMA allocation never
 //! joins a multi-NUMA hint; non-monotone).
 //!
-//! Two scenarios: `fits` (4 CPUs, 16 GiB, 1 device: a preferred single-node hint exists)
-//! and `tight` (CPU needs two nodes while the free devices and memory sit elsewhere, so no
-//! preferred hint exists and the non-preferred search runs).
+//! Three scenarios: `fits` (4 CPUs, 16 GiB, 1 device: a preferred single-node hint exists),
+//! `tight` (CPU needs two nodes while the free devices and memory sit elsewhere, so no
+//! preferred hint exists and the non-preferred search runs) and `wide` (60 CPUs: at least
+//! six half-full nodes, no preferred hint; a stress case for the non-preferred search).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -137,7 +138,24 @@ struct Scenario {
 }
 
 /// A half-full machine of `n` NUMA nodes (16 CPUs, 64 GiB and 2 devices per node).
-fn scenario(n: usize, tight: bool) -> Scenario {
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Fits,
+    Tight,
+    Wide,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Fits => "fits",
+            Kind::Tight => "tight",
+            Kind::Wide => "wide",
+        }
+    }
+}
+
+fn scenario(n: usize, kind: Kind) -> Scenario {
     let machine = NumaMask::new(0..n).expect("n <= 64");
     let gib = 1u64 << 30;
     let total_cpu = vec![16u64; n];
@@ -150,7 +168,9 @@ fn scenario(n: usize, tight: bool) -> Scenario {
     let assigned = NumaMask::from_bits(machine.bits() & 0x5555_5555_5555_5555);
     let total_dev = vec![2u64; n];
     let mut free_dev: Vec<u64> = (0..n).map(|i| u64::from(i % 4 == 3)).collect();
-    let (cpus, mem, devs) = if tight {
+    let (cpus, mem, devs) = if kind == Kind::Wide {
+        (60, 16 * gib, 1)
+    } else if kind == Kind::Tight {
         // 20 CPUs need two nodes; the free devices sit only on the last node and memory
         // only fits there too, so no single mask is preferred by all three.
         free_cpu.iter_mut().for_each(|c| *c = (*c).min(10));
@@ -223,8 +243,8 @@ fn bench(c: &mut Criterion) {
         ..opts
     };
     // The bench sources must give the kubelet's answer: check against the reference at 8.
-    for tight in [false, true] {
-        let s = scenario(8, tight);
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+        let s = scenario(8, kind);
         for policy in [
             TmPolicy::BestEffort,
             TmPolicy::Restricted,
@@ -237,21 +257,20 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
-    for tight in [false, true] {
-        let name = if tight { "tight" } else { "fits" };
-        let mut g = c.benchmark_group(format!("merge/{name}"));
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+        let mut g = c.benchmark_group(format!("merge/{}", kind.name()));
         g.sample_size(20)
             .warm_up_time(std::time::Duration::from_millis(500))
             .measurement_time(std::time::Duration::from_secs(2));
         for n in [8usize, 16, 32, 64] {
-            let s = scenario(n, tight);
+            let s = scenario(n, kind);
             for (label, o) in [("restricted", &opts), ("restricted+closest", &closest)] {
                 g.bench_with_input(BenchmarkId::new(label, n), &s, |b, s| {
                     b.iter(|| merge(TmPolicy::Restricted, &s.numa, o, &s.providers))
                 });
             }
         }
-        let s = scenario(8, tight);
+        let s = scenario(8, kind);
         g.sample_size(10);
         g.bench_with_input(BenchmarkId::new("reference-restricted", 8), &s, |b, s| {
             b.iter(|| reference::merge(TmPolicy::Restricted, &s.numa, &opts, &s.providers))

@@ -97,28 +97,38 @@ pub fn merge(
             })
             .collect();
     }
-    let t = lists
-        .iter()
-        .filter_map(|l| match l {
-            List::Hints(h) => narrowest_count(h),
-            List::Source(s) => s.min_width(machine),
-        })
-        .max()
-        .map_or(0, i64::from);
-    let chooser = Chooser::new(numa, policy, opts.prefer_closest_numa_nodes, t);
-
     let mut explicit = Vec::new();
     let mut sources = Vec::new();
+    let mut t: Option<u32> = None;
     for l in &lists {
-        match l {
-            List::Hints(h) => explicit.push(Explicit::new(h)),
-            List::Source(s) => sources.push(Source {
-                s: *s,
-                machine,
-                monotone: OnceCell::new(),
-            }),
-        }
+        let narrowest = match l {
+            List::Hints(h) => {
+                explicit.push(Explicit::new(h));
+                narrowest_count(h)
+            }
+            List::Source(s) => {
+                let width = s.min_width(machine);
+                sources.push(Source {
+                    s: *s,
+                    machine,
+                    width: width.unwrap_or(0),
+                    monotone: OnceCell::new(),
+                });
+                width
+            }
+        };
+        t = t.max(narrowest);
     }
+    let chooser = Chooser::new(
+        numa,
+        policy,
+        opts.prefer_closest_numa_nodes,
+        t.map_or(0, i64::from),
+    );
+    // The oracle is exact in any source order; putting the sources that need the most nodes
+    // last lets the cheap ones settle the intersection first and the demanding one answer
+    // with a single check (see `Search::dfs`).
+    sources.sort_by_key(|s| s.width);
     if explicit.iter().any(|e| e.hints_empty) {
         // A list left empty by the single-NUMA filter: zero permutations.
         let (hint, admit) = finish(policy, numa, None);
@@ -195,6 +205,8 @@ impl Explicit {
 struct Source<'a> {
     s: &'a dyn HintSource,
     machine: NumaMask,
+    /// Its narrowest hint width.
+    width: u32,
     monotone: OnceCell<bool>,
 }
 
