@@ -249,7 +249,13 @@ fn scan_caches(
     cpu: usize,
 ) -> Result<(Option<CacheModel>, Option<CacheModel>), SysfsError> {
     let mut levels: Vec<(u8, PathBuf)> = Vec::new();
-    for idx in read::numbered_entries(cache_dir, "index")? {
+    // The kernel lists cache leaves by ascending level, so walking the indices downwards
+    // finds the highest levels first; once an L3 is seen, the lower indices (L1, L2) cannot
+    // change the answer and are not read.
+    for idx in read::numbered_entries(cache_dir, "index")?.into_iter().rev() {
+        if levels.iter().any(|(l, _)| *l == 3) {
+            break;
+        }
         let dir = cache_dir.join(format!("index{idx}"));
         let level_path = dir.join("level");
         let Some(level) = read::uint(&level_path)? else {
