@@ -252,7 +252,10 @@ fn scan_caches(
     // The kernel lists cache leaves by ascending level, so walking the indices downwards
     // finds the highest levels first; once an L3 is seen, the lower indices (L1, L2) cannot
     // change the answer and are not read.
-    for idx in read::numbered_entries(cache_dir, "index")?.into_iter().rev() {
+    for idx in read::numbered_entries(cache_dir, "index")?
+        .into_iter()
+        .rev()
+    {
         if levels.iter().any(|(l, _)| *l == 3) {
             break;
         }
@@ -403,3 +406,6 @@ fn distance_columns(node_dir: &Path, nodes: &[NodeModel]) -> Result<Vec<usize>, 
         ),
     })
 }
+
+#[cfg(test)]
+mod tests;
