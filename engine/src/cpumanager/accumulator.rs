@@ -382,6 +382,10 @@ pub(crate) fn take_packed(
     strategy: CpuSortingStrategy,
     prefer_align_uncore: bool,
 ) -> Result<CpuSet, TakeError> {
+    if n == 0 {
+        // The kubelet builds an accumulator that is satisfied at once: the empty set.
+        return Ok(CpuSet::new());
+    }
     let mut acc = Accumulator::new(ix, ix.flags(available), n, strategy);
     if acc.is_satisfied() {
         return Ok(acc.result());
