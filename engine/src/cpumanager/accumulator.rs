@@ -241,12 +241,13 @@ impl<'a> Accumulator<'a> {
 
     /// Takes every whole free group of a level the request still needs entirely.
     fn take_full(&mut self, level: Level, free: Vec<usize>) {
+        let ix = self.ix;
         for g in free {
-            let all = self.ix.members[level as usize][g].clone();
+            let all = &ix.members[level as usize][g];
             if !self.needs_at_least(all.len()) {
                 continue;
             }
-            self.take(&all);
+            self.take(all);
         }
     }
 
