@@ -53,6 +53,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::HashSet;
 
+use super::closest;
 use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
@@ -303,7 +304,10 @@ impl Search<'_> {
     ) -> Option<NumaMask> {
         let mut found = None;
         if self.chooser.is_closest() {
-            // Equal widths: lower average distance first, then the smaller integer value.
+            if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                return closest::best_of_width(&m, within, w, &mut ok);
+            }
+            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
             let mut all = Vec::new();
             for_each_subset_of_width(within, w, |m| {
                 all.push((self.numa.average_distance(m), m));
