@@ -55,14 +55,21 @@ impl Matrix {
 }
 
 /// The best (lowest sum, then lowest integer value) mask of width `w` within `within` that
-/// `ok` accepts. `ok` is only asked about masks that would improve on the best so far.
+/// `ok` accepts. `ok` is only asked about masks that would improve on the best so far;
+/// `upper_ok(u)` false means no mask within `u` is accepted (a pruning hint).
 pub(crate) fn best_of_width(
     m: &Matrix,
     within: NumaMask,
     w: u32,
+    upper_ok: &dyn Fn(NumaMask) -> bool,
     ok: &mut dyn FnMut(NumaMask) -> bool,
 ) -> Option<NumaMask> {
-    let mut search = Bnb { m, ok, best: None };
+    let mut search = Bnb {
+        m,
+        upper_ok,
+        ok,
+        best: None,
+    };
     if w >= 1 && w <= within.count() {
         search.rec(NumaMask::EMPTY, 0, within, w);
     }
@@ -71,6 +78,7 @@ pub(crate) fn best_of_width(
 
 struct Bnb<'a> {
     m: &'a Matrix,
+    upper_ok: &'a dyn Fn(NumaMask) -> bool,
     ok: &'a mut dyn FnMut(NumaMask) -> bool,
     best: Option<(u128, NumaMask)>,
 }
@@ -89,7 +97,7 @@ impl Bnb<'_> {
             }
             return;
         }
-        if allowed.count() < r {
+        if allowed.count() < r || !(self.upper_ok)(s.or(allowed)) {
             return;
         }
         let mut costs: Vec<(u128, usize)> = allowed.ids().map(|y| (self.m.join(s, y), y)).collect();

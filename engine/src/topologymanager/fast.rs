@@ -156,6 +156,35 @@ pub fn merge(
     Ok(MergeResult { hint, admit })
 }
 
+/// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
+/// `ok`: decides the highest undecided node first, "absent" before "present", so masks come
+/// in increasing integer order; `upper_ok` prunes branches whose completions cannot work.
+fn first_in_integer_order(
+    ids: &[usize],
+    k: usize,
+    s: NumaMask,
+    r: u32,
+    upper_ok: &dyn Fn(NumaMask) -> bool,
+    ok: &mut dyn FnMut(NumaMask) -> bool,
+) -> Option<NumaMask> {
+    if r == 0 {
+        return ok(s).then_some(s);
+    }
+    if k < r as usize {
+        return None;
+    }
+    let upper = ids[..k]
+        .iter()
+        .fold(s, |acc, &i| acc.or(NumaMask::from_bits(1 << i)));
+    if !upper_ok(upper) {
+        return None;
+    }
+    first_in_integer_order(ids, k - 1, s, r, upper_ok, ok).or_else(|| {
+        let with = s.or(NumaMask::from_bits(1 << ids[k - 1]));
+        first_in_integer_order(ids, k - 1, with, r - 1, upper_ok, ok)
+    })
+}
+
 /// An explicit list, pre-digested.
 struct Explicit {
     /// The list had no hints at all (only after the single-NUMA filter).
@@ -212,12 +241,15 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
-    /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
-    fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        if *self
+    fn is_monotone(&self) -> bool {
+        *self
             .monotone
             .get_or_init(|| self.s.is_upward_closed(self.machine))
-        {
+    }
+
+    /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
+    fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        if self.is_monotone() {
             self.s.lookup(hi).is_some()
         } else {
             self.s.any_hint_between(lo, hi)
@@ -291,21 +323,30 @@ impl Search<'_> {
             lo = lo.max(l);
             hi = hi.min(h);
         }
-        (lo..=hi).find_map(|w| self.first_at_width(machine, w, |a| self.accepted_by_all(a)))
+        // A mask all upward-closed sources accept lies below one of their hints: a branch
+        // whose every completion lies within `upper` is dead when one of them has no hint
+        // there (this keeps wide requests on machines with full low-numbered nodes cheap).
+        let upper_ok = |upper: NumaMask| {
+            self.sources
+                .iter()
+                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+        };
+        (lo..=hi)
+            .find_map(|w| self.first_at_width(machine, w, &upper_ok, |a| self.accepted_by_all(a)))
     }
 
     /// The first mask of width `w` within `within`, in the kubelet's mask order, that
-    /// satisfies `ok`.
+    /// satisfies `ok`; `upper_ok(u)` false means no mask within `u` can satisfy it.
     fn first_at_width(
         &self,
         within: NumaMask,
         w: u32,
+        upper_ok: &dyn Fn(NumaMask) -> bool,
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
-        let mut found = None;
         if self.chooser.is_closest() {
             if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                return closest::best_of_width(&m, within, w, &mut ok);
+                return closest::best_of_width(&m, within, w, upper_ok, &mut ok);
             }
             // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
             let mut all = Vec::new();
@@ -314,18 +355,10 @@ impl Search<'_> {
                 true
             });
             all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            found = all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
-        } else {
-            for_each_subset_of_width(within, w, |m| {
-                if ok(m) {
-                    found = Some(m);
-                    false
-                } else {
-                    true
-                }
-            });
+            return all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
         }
-        found
+        let ids: Vec<usize> = within.ids().collect();
+        first_in_integer_order(&ids, ids.len(), NumaMask::EMPTY, w, upper_ok, &mut ok)
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
@@ -370,7 +403,7 @@ impl Search<'_> {
             .chain((t.max(0) + 1)..=n);
         for w in widths {
             let w = w as u32;
-            let found = self.first_at_width(universe, w, |m| self.achievable(m, &reach));
+            let found = self.first_at_width(universe, w, &|_| true, |m| self.achievable(m, &reach));
             if found.is_some() {
                 return found;
             }
