@@ -11,6 +11,15 @@
 
 use super::{NumaInfo, NumaMask};
 
+/// Pruning hints for searches over masks of one width: `upper_ok(u)` false means no mask
+/// within `u` is accepted; `lower_ok(p)` false means no mask containing `p` is.
+pub(crate) struct Prune<'a> {
+    /// Checked on the union of the chosen part and everything still allowed.
+    pub(crate) upper_ok: &'a dyn Fn(NumaMask) -> bool,
+    /// Checked on the chosen part whenever it grows.
+    pub(crate) lower_ok: &'a dyn Fn(NumaMask) -> bool,
+}
+
 /// Distances of the nodes of one machine, when small enough for exact integer ordering.
 pub(crate) struct Matrix {
     d: Vec<u64>,
@@ -56,17 +65,17 @@ impl Matrix {
 
 /// The best (lowest sum, then lowest integer value) mask of width `w` within `within` that
 /// `ok` accepts. `ok` is only asked about masks that would improve on the best so far;
-/// `upper_ok(u)` false means no mask within `u` is accepted (a pruning hint).
+/// `prune` drops branches that cannot lead to an accepted mask.
 pub(crate) fn best_of_width(
     m: &Matrix,
     within: NumaMask,
     w: u32,
-    upper_ok: &dyn Fn(NumaMask) -> bool,
+    prune: &Prune<'_>,
     ok: &mut dyn FnMut(NumaMask) -> bool,
 ) -> Option<NumaMask> {
     let mut search = Bnb {
         m,
-        upper_ok,
+        prune,
         ok,
         best: None,
     };
@@ -78,7 +87,7 @@ pub(crate) fn best_of_width(
 
 struct Bnb<'a> {
     m: &'a Matrix,
-    upper_ok: &'a dyn Fn(NumaMask) -> bool,
+    prune: &'a Prune<'a>,
     ok: &'a mut dyn FnMut(NumaMask) -> bool,
     best: Option<(u128, NumaMask)>,
 }
@@ -97,7 +106,7 @@ impl Bnb<'_> {
             }
             return;
         }
-        if allowed.count() < r || !(self.upper_ok)(s.or(allowed)) {
+        if allowed.count() < r || !(self.prune.upper_ok)(s.or(allowed)) {
             return;
         }
         let mut costs: Vec<(u128, usize)> = allowed.ids().map(|y| (self.m.join(s, y), y)).collect();
@@ -129,7 +138,10 @@ impl Bnb<'_> {
             }
             let bit = NumaMask::from_bits(1 << y);
             rest = rest.minus(bit);
-            self.rec(s.or(bit), sum + c, rest, r - 1);
+            let with = s.or(bit);
+            if (self.prune.lower_ok)(with) {
+                self.rec(with, sum + c, rest, r - 1);
+            }
         }
     }
 }

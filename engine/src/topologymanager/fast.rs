@@ -53,7 +53,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::HashSet;
 
-use super::closest;
+use super::closest::{self, Prune};
 use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
@@ -158,30 +158,37 @@ pub fn merge(
 
 /// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
 /// `ok`: decides the highest undecided node first, "absent" before "present", so masks come
-/// in increasing integer order; `upper_ok` prunes branches whose completions cannot work.
+/// in increasing integer order; `prune` drops branches whose completions cannot work.
+/// `prefix[k]` is the mask of `ids[..k]`.
 fn first_in_integer_order(
     ids: &[usize],
+    prefix: &[NumaMask],
     k: usize,
     s: NumaMask,
     r: u32,
-    upper_ok: &dyn Fn(NumaMask) -> bool,
+    prune: &Prune<'_>,
     ok: &mut dyn FnMut(NumaMask) -> bool,
 ) -> Option<NumaMask> {
     if r == 0 {
         return ok(s).then_some(s);
     }
-    if k < r as usize {
+    if k < r as usize || !(prune.upper_ok)(s.or(prefix[k])) {
         return None;
     }
-    let upper = ids[..k]
-        .iter()
-        .fold(s, |acc, &i| acc.or(NumaMask::from_bits(1 << i)));
-    if !upper_ok(upper) {
-        return None;
-    }
-    first_in_integer_order(ids, k - 1, s, r, upper_ok, ok).or_else(|| {
+    first_in_integer_order(ids, prefix, k - 1, s, r, prune, ok).or_else(|| {
         let with = s.or(NumaMask::from_bits(1 << ids[k - 1]));
-        first_in_integer_order(ids, k - 1, with, r - 1, upper_ok, ok)
+        if !(prune.lower_ok)(with) {
+            return None;
+        }
+        first_in_integer_order(ids, prefix, k - 1, with, r - 1, prune, ok)
+    })
+}
+
+/// C(n, k), saturating.
+fn binomial(n: u32, k: u32) -> u64 {
+    let k = k.min(n.saturating_sub(k));
+    (0..k).fold(1u64, |acc, i| {
+        acc.saturating_mul(u64::from(n - i)) / u64::from(i + 1)
     })
 }
 
@@ -331,22 +338,29 @@ impl Search<'_> {
                 .iter()
                 .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
         };
-        (lo..=hi)
-            .find_map(|w| self.first_at_width(machine, w, &upper_ok, |a| self.accepted_by_all(a)))
+        // A preferred mask is a hint of every source, so each needs a hint containing the
+        // part chosen so far (only non-monotone sources can fail this for a non-empty part
+        // once the machine itself is a hint).
+        let lower_ok = |part: NumaMask| self.sources.iter().all(|s| s.between(part, machine));
+        let prune = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: &lower_ok,
+        };
+        (lo..=hi).find_map(|w| self.first_at_width(machine, w, &prune, |a| self.accepted_by_all(a)))
     }
 
     /// The first mask of width `w` within `within`, in the kubelet's mask order, that
-    /// satisfies `ok`; `upper_ok(u)` false means no mask within `u` can satisfy it.
+    /// satisfies `ok`; `prune` tells which partial choices cannot lead to an accepted mask.
     fn first_at_width(
         &self,
         within: NumaMask,
         w: u32,
-        upper_ok: &dyn Fn(NumaMask) -> bool,
+        prune: &Prune<'_>,
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
             if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                return closest::best_of_width(&m, within, w, upper_ok, &mut ok);
+                return closest::best_of_width(&m, within, w, prune, &mut ok);
             }
             // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
             let mut all = Vec::new();
@@ -357,8 +371,22 @@ impl Search<'_> {
             all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             return all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
         }
+        if binomial(within.count(), w) <= 64 {
+            // Few masks: visiting them all in order is cheaper than pruning.
+            let mut found = None;
+            for_each_subset_of_width(within, w, |m| {
+                if ok(m) {
+                    found = Some(m);
+                }
+                found.is_none()
+            });
+            return found;
+        }
         let ids: Vec<usize> = within.ids().collect();
-        first_in_integer_order(&ids, ids.len(), NumaMask::EMPTY, w, upper_ok, &mut ok)
+        let prefix: Vec<NumaMask> = (0..=ids.len())
+            .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
+            .collect();
+        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
@@ -393,6 +421,16 @@ impl Search<'_> {
             return best;
         }
         let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
+        // An achievable mask lies within an explicit intersection and below a hint of every
+        // source, and so does every part of it.
+        let lower_ok = |part: NumaMask| {
+            reach.iter().any(|r| part.is_subset_of(*r))
+                && self.sources.iter().all(|s| s.between(part, machine))
+        };
+        let prune = Prune {
+            upper_ok: &|_| true,
+            lower_ok: &lower_ok,
+        };
         let n = i64::from(universe.count());
         let t = self.chooser.t;
         // The T order over widths: T itself, then below T descending, then above ascending.
@@ -403,7 +441,7 @@ impl Search<'_> {
             .chain((t.max(0) + 1)..=n);
         for w in widths {
             let w = w as u32;
-            let found = self.first_at_width(universe, w, &|_| true, |m| self.achievable(m, &reach));
+            let found = self.first_at_width(universe, w, &prune, |m| self.achievable(m, &reach));
             if found.is_some() {
                 return found;
             }
