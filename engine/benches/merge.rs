@@ -12,6 +12,9 @@
 //! `tight` (CPU needs two nodes while the free devices and memory sit elsewhere, so no
 //! preferred hint exists and the non-preferred search runs) and `wide` (60 CPUs: at least
 //! six half-full nodes, no preferred hint; a stress case for the non-preferred search).
+//! `skewed` fills the low-numbered half of the machine completely and asks for a quarter of
+//! the machine (CPUs, memory and devices of N/4 nodes): the preferred masks all lie in the
+//! high half, far down the kubelet's integer order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -143,6 +146,7 @@ enum Kind {
     Fits,
     Tight,
     Wide,
+    Skewed,
 }
 
 impl Kind {
@@ -151,6 +155,7 @@ impl Kind {
             Kind::Fits => "fits",
             Kind::Tight => "tight",
             Kind::Wide => "wide",
+            Kind::Skewed => "skewed",
         }
     }
 }
@@ -165,10 +170,21 @@ fn scenario(n: usize, kind: Kind) -> Scenario {
     let mut free_mem: Vec<u64> = (0..n)
         .map(|i| if i % 2 == 0 { 20 * gib } else { 44 * gib })
         .collect();
-    let assigned = NumaMask::from_bits(machine.bits() & 0x5555_5555_5555_5555);
+    let mut assigned = NumaMask::from_bits(machine.bits() & 0x5555_5555_5555_5555);
     let total_dev = vec![2u64; n];
     let mut free_dev: Vec<u64> = (0..n).map(|i| u64::from(i % 4 == 3)).collect();
-    let (cpus, mem, devs) = if kind == Kind::Wide {
+    let (cpus, mem, devs) = if kind == Kind::Skewed {
+        let low = NumaMask::new(0..n / 2).expect("n <= 64");
+        for i in 0..n {
+            let full = low.is_set(i);
+            free_cpu[i] = if full { 0 } else { 16 };
+            free_mem[i] = if full { 0 } else { 64 * gib };
+            free_dev[i] = if full { 0 } else { 2 };
+        }
+        assigned = low;
+        let k = (n / 4) as u64;
+        (16 * k, 64 * gib * k, 2 * k)
+    } else if kind == Kind::Wide {
         (60, 16 * gib, 1)
     } else if kind == Kind::Tight {
         // 20 CPUs need two nodes; the free devices sit only on the last node and memory
@@ -243,7 +259,7 @@ fn bench(c: &mut Criterion) {
         ..opts
     };
     // The bench sources must give the kubelet's answer: check against the reference at 8.
-    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide, Kind::Skewed] {
         let s = scenario(8, kind);
         for policy in [
             TmPolicy::BestEffort,
@@ -257,7 +273,7 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
-    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide, Kind::Skewed] {
         let mut g = c.benchmark_group(format!("merge/{}", kind.name()));
         g.sample_size(20)
             .warm_up_time(std::time::Duration::from_millis(500))

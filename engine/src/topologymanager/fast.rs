@@ -53,6 +53,7 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::HashSet;
 
+use super::closest::{self, Prune};
 use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
@@ -155,6 +156,42 @@ pub fn merge(
     Ok(MergeResult { hint, admit })
 }
 
+/// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
+/// `ok`: decides the highest undecided node first, "absent" before "present", so masks come
+/// in increasing integer order; `prune` drops branches whose completions cannot work.
+/// `prefix[k]` is the mask of `ids[..k]`.
+fn first_in_integer_order(
+    ids: &[usize],
+    prefix: &[NumaMask],
+    k: usize,
+    s: NumaMask,
+    r: u32,
+    prune: &Prune<'_>,
+    ok: &mut dyn FnMut(NumaMask) -> bool,
+) -> Option<NumaMask> {
+    if r == 0 {
+        return ok(s).then_some(s);
+    }
+    if k < r as usize || !(prune.upper_ok)(s.or(prefix[k])) {
+        return None;
+    }
+    first_in_integer_order(ids, prefix, k - 1, s, r, prune, ok).or_else(|| {
+        let with = s.or(NumaMask::from_bits(1 << ids[k - 1]));
+        if !(prune.lower_ok)(with) {
+            return None;
+        }
+        first_in_integer_order(ids, prefix, k - 1, with, r - 1, prune, ok)
+    })
+}
+
+/// C(n, k), saturating.
+fn binomial(n: u32, k: u32) -> u64 {
+    let k = k.min(n.saturating_sub(k));
+    (0..k).fold(1u64, |acc, i| {
+        acc.saturating_mul(u64::from(n - i)) / u64::from(i + 1)
+    })
+}
+
 /// An explicit list, pre-digested.
 struct Explicit {
     /// The list had no hints at all (only after the single-NUMA filter).
@@ -211,12 +248,15 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
-    /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
-    fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        if *self
+    fn is_monotone(&self) -> bool {
+        *self
             .monotone
             .get_or_init(|| self.s.is_upward_closed(self.machine))
-        {
+    }
+
+    /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
+    fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        if self.is_monotone() {
             self.s.lookup(hi).is_some()
         } else {
             self.s.any_hint_between(lo, hi)
@@ -290,38 +330,63 @@ impl Search<'_> {
             lo = lo.max(l);
             hi = hi.min(h);
         }
-        (lo..=hi).find_map(|w| self.first_at_width(machine, w, |a| self.accepted_by_all(a)))
+        // A mask all upward-closed sources accept lies below one of their hints: a branch
+        // whose every completion lies within `upper` is dead when one of them has no hint
+        // there (this keeps wide requests on machines with full low-numbered nodes cheap).
+        let upper_ok = |upper: NumaMask| {
+            self.sources
+                .iter()
+                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+        };
+        // A preferred mask is a hint of every source, so each needs a hint containing the
+        // part chosen so far (only non-monotone sources can fail this for a non-empty part
+        // once the machine itself is a hint).
+        let lower_ok = |part: NumaMask| self.sources.iter().all(|s| s.between(part, machine));
+        let prune = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: &lower_ok,
+        };
+        (lo..=hi).find_map(|w| self.first_at_width(machine, w, &prune, |a| self.accepted_by_all(a)))
     }
 
     /// The first mask of width `w` within `within`, in the kubelet's mask order, that
-    /// satisfies `ok`.
+    /// satisfies `ok`; `prune` tells which partial choices cannot lead to an accepted mask.
     fn first_at_width(
         &self,
         within: NumaMask,
         w: u32,
+        prune: &Prune<'_>,
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
-        let mut found = None;
         if self.chooser.is_closest() {
-            // Equal widths: lower average distance first, then the smaller integer value.
+            if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                return closest::best_of_width(&m, within, w, prune, &mut ok);
+            }
+            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
             let mut all = Vec::new();
             for_each_subset_of_width(within, w, |m| {
                 all.push((self.numa.average_distance(m), m));
                 true
             });
             all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            found = all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
-        } else {
+            return all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
+        }
+        if binomial(within.count(), w) <= 64 {
+            // Few masks: visiting them all in order is cheaper than pruning.
+            let mut found = None;
             for_each_subset_of_width(within, w, |m| {
                 if ok(m) {
                     found = Some(m);
-                    false
-                } else {
-                    true
                 }
+                found.is_none()
             });
+            return found;
         }
-        found
+        let ids: Vec<usize> = within.ids().collect();
+        let prefix: Vec<NumaMask> = (0..=ids.len())
+            .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
+            .collect();
+        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
@@ -356,6 +421,16 @@ impl Search<'_> {
             return best;
         }
         let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
+        // An achievable mask lies within an explicit intersection and below a hint of every
+        // source, and so does every part of it.
+        let lower_ok = |part: NumaMask| {
+            reach.iter().any(|r| part.is_subset_of(*r))
+                && self.sources.iter().all(|s| s.between(part, machine))
+        };
+        let prune = Prune {
+            upper_ok: &|_| true,
+            lower_ok: &lower_ok,
+        };
         let n = i64::from(universe.count());
         let t = self.chooser.t;
         // The T order over widths: T itself, then below T descending, then above ascending.
@@ -366,7 +441,7 @@ impl Search<'_> {
             .chain((t.max(0) + 1)..=n);
         for w in widths {
             let w = w as u32;
-            let found = self.first_at_width(universe, w, |m| self.achievable(m, &reach));
+            let found = self.first_at_width(universe, w, &prune, |m| self.achievable(m, &reach));
             if found.is_some() {
                 return found;
             }

@@ -29,6 +29,7 @@
 //! assert_eq!(r, reference::merge(TmPolicy::Restricted, &numa, &TmOptions::default(), &providers).unwrap());
 //! ```
 
+mod closest;
 pub mod error;
 pub mod fast;
 pub mod hints;
