@@ -394,6 +394,9 @@ if crds:
           f"CRDs define the resources RBAC names: {sorted(names)}")
     for c in crds:
         check(c["spec"].get("scope") == "Cluster", f"CRD {c['metadata']['name']} is cluster-scoped")
+        # RBAC grants writes on <plural>/status: every served version must have that subresource.
+        check(all("status" in (v.get("subresources") or {}) for v in c["spec"]["versions"]),
+              f"CRD {c['metadata']['name']} has the status subresource")
 
 failed = 0
 for ok, what in results:

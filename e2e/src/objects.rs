@@ -507,4 +507,41 @@ mod tests {
             .get("limits")
             .is_none());
     }
+
+    #[test]
+    fn policy_manifest_is_a_valid_node_resource_policy() {
+        // The manifest must deserialize into the real API type and pass the same rules the
+        // API server's CEL and the operator apply; a drift in ops' types fails here, not
+        // only on a cluster.
+        for tm in ["best-effort", "restricted"] {
+            let manifest = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), tm);
+            let policy: nodetopo_crds::NodeResourcePolicy =
+                serde_json::from_value(manifest).unwrap();
+            let errors = nodetopo_crds::validation::validate_policy_spec(&policy.spec);
+            assert!(
+                errors.is_empty(),
+                "{}",
+                nodetopo_crds::validation::join(&errors)
+            );
+        }
+        assert_eq!(GROUP, nodetopo_crds::GROUP);
+        assert_eq!(VERSION, nodetopo_crds::VERSION);
+    }
+
+    #[test]
+    fn the_view_reads_what_the_crd_types_serialize() {
+        // A NodeTopology as the agent's Rust types would publish it, read back by the view.
+        let typed: nodetopo_crds::NodeTopology = serde_json::from_value(json!({
+            "apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology",
+            "metadata": {"name": "kind-worker", "generation": 3},
+            "spec": published()["spec"].clone(),
+        }))
+        .unwrap();
+        let obj: DynamicObject =
+            serde_json::from_value(serde_json::to_value(&typed).unwrap()).unwrap();
+        let v = TopologyView::from_object(&obj).unwrap();
+        assert_eq!(v.policy_ref, Some(("e2e".to_string(), 2)));
+        assert_eq!(v.cpu_policy.as_deref(), Some("static"));
+        assert_eq!(v.tm_policy.as_deref(), Some("best-effort"));
+    }
 }
