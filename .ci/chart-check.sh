@@ -269,8 +269,12 @@ for w in workloads:
         check(sys_vol and sys_vol[0]["hostPath"]["path"] == "/sys", f"{name}: /sys hostPath mounted")
     if comp == "operator":
         args = [a for c in pod.get("containers", []) for a in c.get("args", [])]
+        # Leader election is on unless --no-leader-election; with several replicas it must be.
         if w["spec"].get("replicas", 1) > 1:
-            check("--leader-elect" in args, f"{name}: --leader-elect with {w['spec']['replicas']} replicas")
+            check("--no-leader-election" not in args,
+                  f"{name}: leader election on with {w['spec']['replicas']} replicas")
+        lease_name = next((a.split("=", 1)[1] for a in args if a.startswith("--lease-name=")), None)
+        check(lease_name == name, f"{name}: --lease-name={lease_name} is the Deployment's name (the Role names it)")
         check({"POD_NAMESPACE", "POD_NAME"} <= set(env), f"{name}: POD_NAMESPACE and POD_NAME set")
 
 # RBAC: least privilege.
@@ -335,6 +339,11 @@ check(len(lease_roles) == 1 and lease_roles[0]["metadata"].get("namespace") == N
       "operator: leader-election Role in the release namespace")
 lease = grants(rules_of("Role", "operator"), "operator Role")
 check(set(lease) == {("coordination.k8s.io", "leases")}, "operator: namespaced Role covers leases only")
+operator_name = next((w["metadata"]["name"] for w in workloads if component(w) == "operator"), None)
+for r in rules_of("Role", "operator"):
+    if set(r.get("verbs", [])) - {"create"}:
+        check(r.get("resourceNames") == [operator_name],
+              f"operator: lease verbs {r.get('verbs')} limited to the Lease {operator_name}")
 
 # Bindings point at rendered roles and ServiceAccounts.
 sas = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in by_kind("ServiceAccount")}
