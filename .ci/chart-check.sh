@@ -88,6 +88,11 @@ echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | head -n1)"
 if ! python3 -c 'import yaml' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check pyyaml
 fi
+# cel-python evaluates the admission policy's CEL on sample requests (a pure-Python CEL, not
+# the API server's, but it catches syntax errors and wrong logic before a cluster does).
+if ! python3 -c 'import celpy' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check "cel-python==0.5.0"
+fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -379,6 +384,49 @@ if vaps and bindings:
     text = yaml.safe_dump(vap["spec"])
     check("authentication.kubernetes.io/node-name" in text and "request.name" in text,
           "VAP compares the object name with the token's node claim")
+
+    # Behaviour: evaluate matchConditions, variables and validations on sample requests.
+    import celpy
+    from celpy import celtypes
+    env = celpy.Environment()
+    def cel(expr, activation):
+        return env.program(env.compile(expr)).evaluate(activation)
+    def decide(username, name, extra):
+        """None if the policy does not apply, else the list of denial messages."""
+        user = {"username": username}
+        if extra is not None:
+            user["extra"] = extra
+        request = celpy.json_to_cel({"userInfo": user, "name": name})
+        if not all(bool(cel(c["expression"], {"request": request})) for c in vap["spec"]["matchConditions"]):
+            return None
+        variables = {}
+        for v in vap["spec"].get("variables", []):
+            act = {"request": request, "variables": celtypes.MapType(
+                {celtypes.StringType(k): x for k, x in variables.items()})}
+            variables[v["name"]] = cel(v["expression"], act)
+        act = {"request": request, "variables": celtypes.MapType(
+            {celtypes.StringType(k): x for k, x in variables.items()})}
+        denials = []
+        for val in vap["spec"]["validations"]:
+            if not bool(cel(val["expression"], act)):
+                denials.append(val.get("message") or str(cel(val["messageExpression"], act)))
+        return denials
+    claim = "authentication.kubernetes.io/node-name"
+    operator_user = user.rsplit(":", 1)[0] + ":" + next((s[1] for s in sas if s[1].endswith("-operator")), "")
+    try:
+        own = decide(user, "worker-1", {claim: ["worker-1"]})
+        other = decide(user, "worker-2", {claim: ["worker-1"]})
+        no_claim = decide(user, "worker-1", {})
+        no_extra = decide(user, "worker-1", None)
+        operator_req = decide(operator_user, "worker-2", None)
+        check(own == [], f"VAP (CEL) allows the agent on worker-1 to write NodeTopology worker-1 ({own})")
+        check(other and "may write only NodeTopology worker-1, not worker-2" in other[0],
+              f"VAP (CEL) denies the agent on worker-1 writing worker-2: {other}")
+        check(no_claim and "no node claim" in no_claim[0] and no_extra and "no node claim" in no_extra[0],
+              f"VAP (CEL) denies an agent token without node claim: {no_claim}")
+        check(operator_req is None, "VAP (CEL) does not apply to the operator's ServiceAccount")
+    except Exception as e:  # a CEL compile or evaluation error is a broken policy
+        check(False, f"VAP CEL expressions evaluate: {type(e).__name__}: {e}")
 
 # Services and ServiceMonitors select what they should.
 pods_labels = {component(w): w["spec"]["template"]["metadata"]["labels"] for w in workloads}
