@@ -274,8 +274,9 @@ impl PolicyView {
         let ready = field(v, "/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+                cs.iter().find(|c| {
+                    c.get("type").and_then(Value::as_str) == Some(nodetopo_crds::conditions::READY)
+                })
             })
             .and_then(|c| c.get("status").and_then(Value::as_str))
             .map(str::to_string);

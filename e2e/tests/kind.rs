@@ -25,6 +25,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+// Condition types come from the API crate, so a rename breaks the build, not the run.
+use nodetopo_crds::conditions::KUBELET_AGREEMENT;
 use nodetopo_e2e::config::{E2eConfig, Skip};
 use nodetopo_e2e::objects::{
     node_resource_policy_resource, node_topology_resource, pod_manifest, policy_manifest,
@@ -438,7 +440,7 @@ impl Suite {
                             "{node}: Burstable pod {ns}/{b} has an exclusive allocation"
                         ));
                     }
-                    match t.condition("KubeletAgreement") {
+                    match t.condition(KUBELET_AGREEMENT) {
                         Some(c) if c.status == "True" => {}
                         Some(c) => {
                             return Progress::Pending(format!(
