@@ -10,7 +10,7 @@
 # - the rendered manifests: hardened securityContext, least-privilege RBAC, the admission
 #   policy's wiring, Service/ServiceMonitor selectors (python3 + PyYAML).
 #
-# Usage: chart-check.sh            run every check; last line "chart checks: N passed, M failed"
+# Usage: chart-check.sh            run every check; last line "chart-checks: N passed, M failed"
 #        chart-check.sh --tools    only install helm/kubectl into .ci/tools and print that path
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -488,5 +488,5 @@ else
   fail "agent.kubeletStateDir does not switch the kubelet state mount and flag"
 fi
 
-echo "chart checks: $PASSED passed, $FAILED failed"
+echo "chart-checks: $PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]
