@@ -5,7 +5,8 @@
 #   package ships them in a zip inside its jsii tarball) into .ci/tools/ (gitignored);
 # - `helm lint --strict` with the defaults and with every optional feature on;
 # - `helm template` with the defaults (with and without the ValidatingAdmissionPolicy API)
-#   and with every optional feature on;
+#   and with every optional feature on; the renders validated strictly against the
+#   Kubernetes 1.30 and 1.35 API schemas (kubernetes-validate);
 # - bad values files, each of which the schema must reject with a message naming the field;
 # - the rendered manifests: hardened securityContext, least-privilege RBAC, the admission
 #   policy's wiring, Service/ServiceMonitor selectors (python3 + PyYAML).
@@ -88,6 +89,10 @@ echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | head -n1)"
 if ! python3 -c 'import yaml' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check pyyaml
 fi
+# kubernetes-validate checks rendered manifests against the Kubernetes API's OpenAPI schemas.
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.0"
+fi
 # cel-python evaluates the admission policy's CEL on sample requests (a pure-Python CEL, not
 # the API server's, but it catches syntax errors and wrong logic before a cluster does).
 if ! python3 -c 'import celpy' 2>/dev/null; then
@@ -136,6 +141,20 @@ elif grep -q "incompatible with Kubernetes" <<<"$out"; then
 else
   fail "Kubernetes 1.29 rejected without the expected message: $out"
 fi
+
+# --- rendered manifests against the Kubernetes API schemas (strict: no unknown fields) -----
+# The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
+# (ServiceMonitor) have no schema there and are only warned about.
+for k8s in 1.30.0 1.35.0; do
+  for name in defaults-vap all-features no-kubelet-state; do
+    [[ -s $WORK/$name.yaml ]] || continue
+    if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
+      pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
+    else
+      fail "[$name] manifests invalid against the Kubernetes $k8s API schema: $out"
+    fi
+  done
+done
 
 # --- schema: bad values must be rejected with a message naming the field -----------------
 # Each case: file name, expected message fragment, YAML body.
