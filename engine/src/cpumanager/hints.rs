@@ -99,36 +99,20 @@ pub fn generate_cpu_topology_hints(
             .filter(|c| c.numa < 64 && m.is_set(c.numa))
             .count()
     };
-    let node_of = |id: usize| t.cpu(id).map(|c| c.numa);
-    let reusable_nodes: Option<Vec<usize>> = reusable.iter().map(node_of).collect();
-    let avail_nodes: Vec<usize> = available.iter().filter_map(node_of).collect();
+    // A CPU the topology does not know reads as the kubelet's zero-value CPUInfo: node 0.
+    let node_of = |id: usize| t.cpu(id).map(|c| c.numa).unwrap_or(0);
+    let reusable_nodes: Vec<usize> = reusable.iter().map(node_of).collect();
+    let avail_nodes: Vec<usize> = available.iter().map(node_of).collect();
     let mut min_affinity = nodes.len();
     let mut hints = Vec::new();
     iterate_masks(&nodes, |mask| {
         if per_node(mask) >= request && (mask.count() as usize) < min_affinity {
             min_affinity = mask.count() as usize;
         }
-        let mut matching = 0;
-        match &reusable_nodes {
-            Some(rn) => {
-                for n in rn {
-                    if !mask.is_set(*n) {
-                        return;
-                    }
-                    matching += 1;
-                }
-            }
-            // A reusable CPU the topology does not know: the kubelet reads a zero-value
-            // CPUInfo (NUMA node 0) for it.
-            None => {
-                for id in reusable.iter() {
-                    if !mask.is_set(node_of(id).unwrap_or(0)) {
-                        return;
-                    }
-                    matching += 1;
-                }
-            }
+        if reusable_nodes.iter().any(|n| !mask.is_set(*n)) {
+            return;
         }
+        let mut matching = reusable_nodes.len();
         matching += avail_nodes.iter().filter(|n| mask.is_set(**n)).count();
         if matching < request {
             return;
