@@ -387,14 +387,34 @@ pub(crate) fn take_packed(
         // The kubelet builds an accumulator that is satisfied at once: the empty set.
         return Ok(CpuSet::new());
     }
-    let mut acc = Accumulator::new(ix, ix.flags(available), n, strategy);
+    take_packed_flags(
+        ix,
+        ix.flags(available),
+        available.len(),
+        n,
+        strategy,
+        prefer_align_uncore,
+    )
+}
+
+/// `takeByTopologyNUMAPacked` over availability flags (by pos); `available_len` is the size
+/// of the caller's set, which the kubelet's error message reports.
+pub(crate) fn take_packed_flags(
+    ix: &TopoIndex,
+    flags: Vec<bool>,
+    available_len: usize,
+    n: usize,
+    strategy: CpuSortingStrategy,
+    prefer_align_uncore: bool,
+) -> Result<CpuSet, TakeError> {
+    let mut acc = Accumulator::new(ix, flags, n, strategy);
     if acc.is_satisfied() {
         return Ok(acc.result());
     }
     if acc.is_failed() {
         return Err(TakeError::NotEnough {
             requested: n,
-            available: available.len(),
+            available: available_len,
         });
     }
     if ix.numa_first {

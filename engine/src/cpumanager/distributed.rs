@@ -32,7 +32,7 @@
 //! - **Summation order**: Go sums the score over a map (random order); we sum in `numas`
 //!   order.
 
-use super::accumulator::{take_packed, Accumulator, TakeError};
+use super::accumulator::{take_packed, take_packed_flags, Accumulator, TakeError};
 use super::index::{Level, TopoIndex};
 use super::CpuSortingStrategy;
 use crate::cpuset::CpuSet;
@@ -346,11 +346,8 @@ pub(crate) fn take_distributed_with(
             }
         }
         for c in &best {
-            let from = ix.set_of(acc.avail_in(Level::Numa, *c));
-            let got = take_packed(ix, &from, distribution.max(0) as usize, strategy, false)
-                .unwrap_or_default();
-            let pos: Vec<usize> = got.iter().filter_map(|id| ix.pos(id)).collect();
-            acc.take(&pos);
+            let got = take_from_node(&acc, *c, distribution.max(0) as usize, strategy);
+            acc.take(&got);
         }
         let mut remainder = ni - distribution * best.len() as i64;
         while remainder > 0 {
@@ -362,10 +359,8 @@ pub(crate) fn take_distributed_with(
                 if (free_of(&acc, *c)) < gi {
                     continue;
                 }
-                let from = ix.set_of(acc.avail_in(Level::Numa, *c));
-                let got = take_packed(ix, &from, g, strategy, false).unwrap_or_default();
-                let pos: Vec<usize> = got.iter().filter_map(|id| ix.pos(id)).collect();
-                acc.take(&pos);
+                let got = take_from_node(&acc, *c, g, strategy);
+                acc.take(&got);
                 remainder -= gi;
             }
             if remainder == before {
@@ -382,6 +377,31 @@ pub(crate) fn take_distributed_with(
         return Ok(acc.result());
     }
     take_packed(ix, available, n, strategy, false)
+}
+
+/// A fresh packed take (uncore alignment off) of `n` CPUs from what a NUMA node still has
+/// available, as positions. Errors give nothing, as the kubelet ignores them here.
+fn take_from_node(
+    acc: &Accumulator<'_>,
+    node: usize,
+    n: usize,
+    strategy: CpuSortingStrategy,
+) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let ix = acc.ix;
+    let mut flags = vec![false; ix.cpus.len()];
+    let mut len = 0;
+    for &p in &ix.members[Level::Numa as usize][node] {
+        if acc.avail[p] {
+            flags[p] = true;
+            len += 1;
+        }
+    }
+    take_packed_flags(ix, flags, len, n, strategy, false)
+        .map(|set| set.iter().filter_map(|id| ix.pos(id)).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -92,45 +92,43 @@ pub fn generate_cpu_topology_hints(
         .into_iter()
         .filter(|n| *n < 64)
         .collect();
-    // CPUs per node (whole machine), and the node of each CPU of interest.
-    let per_node = |m: NumaMask| -> usize {
-        t.cpus()
-            .iter()
-            .filter(|c| c.numa < 64 && m.is_set(c.numa))
-            .count()
-    };
-    let node_of = |id: usize| t.cpu(id).map(|c| c.numa);
-    let reusable_nodes: Option<Vec<usize>> = reusable.iter().map(node_of).collect();
-    let avail_nodes: Vec<usize> = available.iter().filter_map(node_of).collect();
+    // Per node id (< 64): CPUs of the machine, available CPUs, sockets. Masks are then
+    // judged by summing over their set bits instead of rescanning CPUs.
+    let mut machine = [0usize; 64];
+    let mut free = [0usize; 64];
+    let mut sockets: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); 64];
+    for c in t.cpus().iter().filter(|c| c.numa < 64) {
+        machine[c.numa] += 1;
+        sockets[c.numa].insert(c.socket);
+    }
+    // A CPU the topology does not know reads as the kubelet's zero-value CPUInfo: node 0.
+    let node_of = |id: usize| t.cpu(id).map(|c| c.numa).unwrap_or(0);
+    for id in available.iter() {
+        let n = node_of(id);
+        if n < 64 {
+            free[n] += 1;
+        }
+    }
+    // Nodes of the reusable CPUs; one at 64 or above fits no mask.
+    let mut reusable_bits = 0u64;
+    let mut reusable_out_of_range = false;
+    for id in reusable.iter() {
+        match node_of(id) {
+            n if n < 64 => reusable_bits |= 1 << n,
+            _ => reusable_out_of_range = true,
+        }
+    }
+    let sum = |m: NumaMask, per: &[usize; 64]| m.ids().map(|n| per[n]).sum::<usize>();
     let mut min_affinity = nodes.len();
     let mut hints = Vec::new();
     iterate_masks(&nodes, |mask| {
-        if per_node(mask) >= request && (mask.count() as usize) < min_affinity {
+        if sum(mask, &machine) >= request && (mask.count() as usize) < min_affinity {
             min_affinity = mask.count() as usize;
         }
-        let mut matching = 0;
-        match &reusable_nodes {
-            Some(rn) => {
-                for n in rn {
-                    if !mask.is_set(*n) {
-                        return;
-                    }
-                    matching += 1;
-                }
-            }
-            // A reusable CPU the topology does not know: the kubelet reads a zero-value
-            // CPUInfo (NUMA node 0) for it.
-            None => {
-                for id in reusable.iter() {
-                    if !mask.is_set(node_of(id).unwrap_or(0)) {
-                        return;
-                    }
-                    matching += 1;
-                }
-            }
+        if reusable_out_of_range || reusable_bits & !mask.bits() != 0 {
+            return;
         }
-        matching += avail_nodes.iter().filter(|n| mask.is_set(**n)).count();
-        if matching < request {
+        if reusable.len() + sum(mask, &free) < request {
             return;
         }
         hints.push(TopologyHint {
@@ -144,12 +142,11 @@ pub fn generate_cpu_topology_hints(
         let Some(mask) = h.affinity else { continue };
         if align_by_socket && numa_per_socket > 0 {
             let min_sockets = min_affinity.div_ceil(numa_per_socket);
-            let sockets = t
-                .ids_of(&t.cpus_where(|c| c.numa < 64 && mask.is_set(c.numa)), |c| {
-                    c.socket
-                })
-                .len();
-            if sockets == min_sockets {
+            let spanned: std::collections::BTreeSet<usize> = mask
+                .ids()
+                .flat_map(|n| sockets[n].iter().copied())
+                .collect();
+            if spanned.len() == min_sockets {
                 h.preferred = true;
                 continue;
             }

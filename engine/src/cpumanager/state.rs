@@ -102,3 +102,61 @@ impl CpuState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{CpuInfo, NumaNode};
+
+    fn machine() -> CpuTopology {
+        let cpus = (0..4)
+            .map(|id| CpuInfo {
+                id,
+                core: id,
+                socket: 0,
+                numa: 0,
+                uncore: 0,
+            })
+            .collect();
+        let node = NumaNode {
+            id: 0,
+            cpus: CpuSet::parse("0-3").unwrap(),
+            distances: None,
+            memory_bytes: None,
+            hugepages: vec![],
+        };
+        CpuTopology::with_derived_counts(cpus, vec![node], vec![]).unwrap()
+    }
+
+    #[test]
+    fn check_and_serde() {
+        let t = machine();
+        let mut s = CpuState {
+            default_cpuset: CpuSet::parse("0-1").unwrap(),
+            ..Default::default()
+        };
+        s.set("uid", "app", CpuSet::parse("2-3").unwrap());
+        assert_eq!(s.check(&t), Ok(()));
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            json,
+            r#"{"defaultCpuSet":"0-1","entries":{"uid":{"app":"2-3"}}}"#
+        );
+        assert_eq!(serde_json::from_str::<CpuState>(&json).unwrap(), s);
+
+        s.set("uid", "side", CpuSet::parse("1").unwrap());
+        assert_eq!(
+            s.check(&t).unwrap_err().to_string(),
+            "cpu 1 is in both default cpuset and uid/side"
+        );
+        s.delete("uid", "side");
+        s.set("uid", "far", CpuSet::parse("9").unwrap());
+        assert_eq!(
+            s.check(&t).unwrap_err().to_string(),
+            "cpu 9 in uid/far is not a CPU of this machine"
+        );
+        s.delete("uid", "far");
+        s.delete("uid", "app");
+        assert!(s.assignments.is_empty(), "empty pods are dropped");
+    }
+}
