@@ -1,0 +1,545 @@
+//! The product merge: the kubelet's `Merge` result without enumerating the cross product.
+//!
+//! # Why it can be fast
+//!
+//! The kubelet folds every permutation (one hint per resource list) with a comparison that
+//! is a **total order** on merged hints, so the result is the maximum of the set of merged
+//! hints, whatever the enumeration order. That set splits in two:
+//!
+//! 1. **Preferred merged hints.** A permutation merges to a preferred hint only if all its
+//!    hints are preferred and all its non-nil affinities are one and the same raw mask `A`
+//!    (nil hints must be preferred too). So the preferred results are `A ∧ machine` for the
+//!    masks `A` that every list *accepts* (holds `{A, preferred}` or a preferred nil), plus
+//!    the machine itself when every list holds a preferred nil. No product is needed: the
+//!    candidates come from one explicit list that lacks a preferred nil, or, when only
+//!    implicit sources constrain `A`, from the masks of the widths every source may prefer
+//!    ([`HintSource::preferred_widths`]), visited in the kubelet's mask order (width, then
+//!    integer value or KEP-3545 average distance) so the first accepted one wins.
+//! 2. **Otherwise every merged hint is non-preferred** and the winner is the best
+//!    *achievable* mask under the kubelet's `T` order (count == T, else the largest count
+//!    below T, else the smallest above, ties by the mask order). Achievable masks are
+//!    computed in two stages:
+//!    * explicit lists: dynamic programming over the **distinct** merged masks (`reach ← {r ∧ m}`
+//!      per list, empty masks dropped since they can never win), so the cost is the number
+//!      of distinct masks times the list lengths, never the product of the lengths;
+//!    * implicit sources: the candidate masks `M` are visited in the `T` order (width by
+//!      width) and the first one an exact oracle accepts wins. The oracle asks "is there a
+//!      choice of hints, one per list, each ⊇ M, whose intersection is exactly M": a
+//!      depth-first search over the sources whose state is the current intersection `I`
+//!      (memoised), branching only over the **minimal** intersections `J ∈ [M, I]` a source
+//!      can produce (a smaller intersection always dominates a larger one), found
+//!      bottom-up by size so a source that can produce `M` itself costs one check. A
+//!      source can produce `J` iff it has a hint in `[J, J ∪ (machine \ I)]`, which for an
+//!      upward-closed source ([`HintSource::is_upward_closed`], as CPU and device hints are)
+//!      is the single lookup of the upper end; the last source needs only that one check.
+//!
+//! # Complexity (N NUMA nodes, L lists, k = the extra nodes a source needs beyond M)
+//!
+//! * Explicit lists only: O(Σ_l |reach_l| · |list_l|) with |reach| ≤ min(2^N, ∏|list|),
+//!   in practice a few hundred at N = 8, against ∏|list| for the kubelet.
+//! * Implicit sources, preferred result (the common case: one width w preferred by every
+//!   source): at most C(N, w) lookups per source, N for w = 1.
+//! * Implicit sources, non-preferred result: per candidate mask, O(L · C(N, k)) lookups
+//!   for upward-closed sources; realistic requests (k ≤ 1-2) answer within the first
+//!   candidates. The worst case (many candidates rejected, large k, non-monotone sources
+//!   without an efficient [`HintSource::any_hint_between`]) is exponential, as the problem
+//!   itself is (deciding whether a mask is achievable embeds bin packing), but it never
+//!   depends on the product of the list lengths.
+//!
+//! The differential tests check this against [`super::reference::merge`] on every policy
+//! and option, bit for bit.
+
+use std::borrow::Cow;
+use std::cell::OnceCell;
+use std::collections::HashSet;
+
+use super::closest::{self, Prune};
+use super::lists::{
+    filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
+};
+use super::mask::for_each_subset_of_width;
+use super::{
+    HintSource, MergeResult, NumaInfo, NumaMask, ProviderHints, TmError, TmOptions, TmPolicy,
+    TopologyHint,
+};
+
+/// The topology manager's merge for `policy`: the kubelet's result (the same hint and
+/// admit flag as [`super::reference::merge`] on every input), without enumerating the cross
+/// product. See the module documentation for the algorithm and its complexity.
+///
+/// Expected flow: flatten the providers (nil or empty maps and nil lists are don't-cares,
+/// empty lists unsatisfiable), filter for single-numa-node, then look for the best preferred
+/// merged mask and, failing that, the best non-preferred one, then apply the policy.
+///
+/// Caveats: implicit sources must honour the [`HintSource`] contract (their optional
+/// methods must agree with `lookup`); hints naming nodes the machine lacks are clipped as by
+/// the kubelet (a hint entirely outside the machine only yields empty masks, which never
+/// win). Errors: none today for valid [`NumaInfo`]; the `Result` keeps the signature
+/// shared with the reference, which refuses oversized enumerations.
+pub fn merge(
+    policy: TmPolicy,
+    numa: &NumaInfo,
+    opts: &TmOptions,
+    providers: &[ProviderHints],
+) -> Result<MergeResult, TmError> {
+    if policy == TmPolicy::None {
+        let (hint, admit) = finish(policy, numa, None);
+        return Ok(MergeResult { hint, admit });
+    }
+    let machine = numa.default_affinity();
+    let mut lists = flatten(providers, machine);
+    if policy == TmPolicy::SingleNumaNode {
+        // The single-NUMA filter leaves at most N one-node hints per list: explicit lists.
+        lists = lists
+            .into_iter()
+            .map(|l| match l {
+                List::Hints(h) => List::Hints(Cow::Owned(filter_single_numa(&h))),
+                List::Source(s) => List::Hints(Cow::Owned(filter_single_numa_source(s, machine))),
+            })
+            .collect();
+    }
+    let mut explicit = Vec::new();
+    let mut sources = Vec::new();
+    let mut t: Option<u32> = None;
+    for l in &lists {
+        let narrowest = match l {
+            List::Hints(h) => {
+                explicit.push(Explicit::new(h));
+                narrowest_count(h)
+            }
+            List::Source(s) => {
+                let width = s.min_width(machine);
+                sources.push(Source {
+                    s: *s,
+                    machine,
+                    width: width.unwrap_or(0),
+                    monotone: OnceCell::new(),
+                });
+                width
+            }
+        };
+        t = t.max(narrowest);
+    }
+    let chooser = Chooser::new(
+        numa,
+        policy,
+        opts.prefer_closest_numa_nodes,
+        t.map_or(0, i64::from),
+    );
+    // The oracle is exact in any source order; putting the sources that need the most nodes
+    // last lets the cheap ones settle the intersection first and the demanding one answer
+    // with a single check (see `Search::dfs`).
+    sources.sort_by_key(|s| s.width);
+    if explicit.iter().any(|e| e.hints_empty) {
+        // A list left empty by the single-NUMA filter: zero permutations.
+        let (hint, admit) = finish(policy, numa, None);
+        return Ok(MergeResult { hint, admit });
+    }
+    let search = Search {
+        machine,
+        chooser: &chooser,
+        numa,
+        explicit: &explicit,
+        sources: &sources,
+    };
+    let best = match search.best_preferred() {
+        Some(m) => Some(TopologyHint {
+            affinity: Some(m),
+            preferred: true,
+        }),
+        None => search.best_non_preferred().map(|m| TopologyHint {
+            affinity: Some(m),
+            preferred: false,
+        }),
+    };
+    let (hint, admit) = finish(policy, numa, best);
+    Ok(MergeResult { hint, admit })
+}
+
+/// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
+/// `ok`: decides the highest undecided node first, "absent" before "present", so masks come
+/// in increasing integer order; `prune` drops branches whose completions cannot work.
+/// `prefix[k]` is the mask of `ids[..k]`.
+fn first_in_integer_order(
+    ids: &[usize],
+    prefix: &[NumaMask],
+    k: usize,
+    s: NumaMask,
+    r: u32,
+    prune: &Prune<'_>,
+    ok: &mut dyn FnMut(NumaMask) -> bool,
+) -> Option<NumaMask> {
+    if r == 0 {
+        return ok(s).then_some(s);
+    }
+    if k < r as usize || !(prune.upper_ok)(s.or(prefix[k])) {
+        return None;
+    }
+    first_in_integer_order(ids, prefix, k - 1, s, r, prune, ok).or_else(|| {
+        let with = s.or(NumaMask::from_bits(1 << ids[k - 1]));
+        if !(prune.lower_ok)(with) {
+            return None;
+        }
+        first_in_integer_order(ids, prefix, k - 1, with, r - 1, prune, ok)
+    })
+}
+
+/// C(n, k), saturating.
+fn binomial(n: u32, k: u32) -> u64 {
+    let k = k.min(n.saturating_sub(k));
+    (0..k).fold(1u64, |acc, i| {
+        acc.saturating_mul(u64::from(n - i)) / u64::from(i + 1)
+    })
+}
+
+/// An explicit list, pre-digested.
+struct Explicit {
+    /// The list had no hints at all (only after the single-NUMA filter).
+    hints_empty: bool,
+    /// It holds a preferred nil hint (accepts any common affinity).
+    preferred_nil: bool,
+    /// Distinct raw affinities of its preferred non-nil hints.
+    preferred: Vec<NumaMask>,
+    /// Distinct raw affinities of all its hints, nil as `None`.
+    members: Vec<Option<NumaMask>>,
+}
+
+impl Explicit {
+    fn new(hints: &[TopologyHint]) -> Self {
+        let mut preferred = Vec::new();
+        let mut members = Vec::new();
+        let mut preferred_nil = false;
+        for h in hints {
+            if h.preferred {
+                match h.affinity {
+                    None => preferred_nil = true,
+                    Some(a) => {
+                        if !preferred.contains(&a) {
+                            preferred.push(a)
+                        }
+                    }
+                }
+            }
+            if !members.contains(&h.affinity) {
+                members.push(h.affinity);
+            }
+        }
+        Explicit {
+            hints_empty: hints.is_empty(),
+            preferred_nil,
+            preferred,
+            members,
+        }
+    }
+
+    fn accepts(&self, a: NumaMask) -> bool {
+        self.preferred_nil || self.preferred.contains(&a)
+    }
+}
+
+/// An implicit source; its monotonicity is asked once, and only if the non-preferred search
+/// needs it.
+struct Source<'a> {
+    s: &'a dyn HintSource,
+    machine: NumaMask,
+    /// Its narrowest hint width.
+    width: u32,
+    monotone: OnceCell<bool>,
+}
+
+impl Source<'_> {
+    fn is_monotone(&self) -> bool {
+        *self
+            .monotone
+            .get_or_init(|| self.s.is_upward_closed(self.machine))
+    }
+
+    /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
+    fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        if self.is_monotone() {
+            self.s.lookup(hi).is_some()
+        } else {
+            self.s.any_hint_between(lo, hi)
+        }
+    }
+}
+
+struct Search<'a> {
+    machine: NumaMask,
+    chooser: &'a Chooser<'a>,
+    numa: &'a NumaInfo,
+    explicit: &'a [Explicit],
+    sources: &'a [Source<'a>],
+}
+
+impl Search<'_> {
+    /// Every mask is accepted by every list (as the common preferred affinity).
+    fn accepted_by_all(&self, a: NumaMask) -> bool {
+        self.explicit.iter().all(|e| e.accepts(a))
+            && self.sources.iter().all(|s| {
+                !a.is_empty() && a.is_subset_of(self.machine) && s.s.lookup(a) == Some(true)
+            })
+    }
+
+    /// The best mask among `cands` under the preferred (mask-order) comparison.
+    fn best_of(&self, cands: impl IntoIterator<Item = NumaMask>) -> Option<NumaMask> {
+        let mut best: Option<NumaMask> = None;
+        for c in cands {
+            if c.is_empty() {
+                continue;
+            }
+            best = match best {
+                None => Some(c),
+                Some(b) if self.chooser.better_mask(b, c) => Some(c),
+                keep => keep,
+            };
+        }
+        best
+    }
+
+    /// Phase 1: the best preferred merged mask, if any permutation merges to one.
+    fn best_preferred(&self) -> Option<NumaMask> {
+        let machine = self.machine;
+        let constraining = self
+            .explicit
+            .iter()
+            .filter(|e| !e.preferred_nil)
+            .min_by_key(|e| e.preferred.len());
+        if let Some(e) = constraining {
+            return self.best_of(
+                e.preferred
+                    .iter()
+                    .filter(|a| self.accepted_by_all(**a))
+                    .map(|a| a.and(machine)),
+            );
+        }
+        if self.sources.is_empty() {
+            // Every list holds a preferred nil: the all-nil permutation gives the machine,
+            // and any preferred affinity of any list is accepted by all the others.
+            let all = self
+                .explicit
+                .iter()
+                .flat_map(|e| e.preferred.iter().map(|a| a.and(machine)));
+            return self.best_of(std::iter::once(machine).chain(all));
+        }
+        // Only implicit sources constrain A: search the widths all of them may prefer.
+        let mut lo = 1;
+        let mut hi = machine.count();
+        for s in self.sources {
+            let (l, h) = s.s.preferred_widths(machine)?;
+            lo = lo.max(l);
+            hi = hi.min(h);
+        }
+        // A mask all upward-closed sources accept lies below one of their hints: a branch
+        // whose every completion lies within `upper` is dead when one of them has no hint
+        // there (this keeps wide requests on machines with full low-numbered nodes cheap).
+        let upper_ok = |upper: NumaMask| {
+            self.sources
+                .iter()
+                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+        };
+        // A preferred mask is a hint of every source, so each needs a hint containing the
+        // part chosen so far (only non-monotone sources can fail this for a non-empty part
+        // once the machine itself is a hint).
+        let lower_ok = |part: NumaMask| self.sources.iter().all(|s| s.between(part, machine));
+        let prune = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: &lower_ok,
+        };
+        (lo..=hi).find_map(|w| self.first_at_width(machine, w, &prune, |a| self.accepted_by_all(a)))
+    }
+
+    /// The first mask of width `w` within `within`, in the kubelet's mask order, that
+    /// satisfies `ok`; `prune` tells which partial choices cannot lead to an accepted mask.
+    fn first_at_width(
+        &self,
+        within: NumaMask,
+        w: u32,
+        prune: &Prune<'_>,
+        mut ok: impl FnMut(NumaMask) -> bool,
+    ) -> Option<NumaMask> {
+        if self.chooser.is_closest() {
+            if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                return closest::best_of_width(&m, within, w, prune, &mut ok);
+            }
+            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
+            let mut all = Vec::new();
+            for_each_subset_of_width(within, w, |m| {
+                all.push((self.numa.average_distance(m), m));
+                true
+            });
+            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            return all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
+        }
+        if binomial(within.count(), w) <= 64 {
+            // Few masks: visiting them all in order is cheaper than pruning.
+            let mut found = None;
+            for_each_subset_of_width(within, w, |m| {
+                if ok(m) {
+                    found = Some(m);
+                }
+                found.is_none()
+            });
+            return found;
+        }
+        let ids: Vec<usize> = within.ids().collect();
+        let prefix: Vec<NumaMask> = (0..=ids.len())
+            .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
+            .collect();
+        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
+    }
+
+    /// Phase 2: the best non-preferred merged mask under the `T` order.
+    fn best_non_preferred(&self) -> Option<NumaMask> {
+        let machine = self.machine;
+        // Distinct merged masks of the explicit lists (nil = the machine), empties dropped.
+        let mut reach: Vec<NumaMask> = vec![machine];
+        for e in self.explicit {
+            let mut next = HashSet::with_capacity(reach.len());
+            for r in &reach {
+                for m in &e.members {
+                    let x = r.and(m.unwrap_or(machine));
+                    if !x.is_empty() {
+                        next.insert(x);
+                    }
+                }
+            }
+            reach = next.into_iter().collect();
+            if reach.is_empty() {
+                return None;
+            }
+        }
+        if self.sources.is_empty() {
+            let mut best: Option<NumaMask> = None;
+            for &c in &reach {
+                best = match best {
+                    None => Some(c),
+                    Some(b) if self.chooser.non_preferred_wins(b, c) => Some(c),
+                    keep => keep,
+                };
+            }
+            return best;
+        }
+        let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
+        // An achievable mask lies within an explicit intersection and below a hint of every
+        // source, and so does every part of it.
+        let lower_ok = |part: NumaMask| {
+            reach.iter().any(|r| part.is_subset_of(*r))
+                && self.sources.iter().all(|s| s.between(part, machine))
+        };
+        let prune = Prune {
+            upper_ok: &|_| true,
+            lower_ok: &lower_ok,
+        };
+        let n = i64::from(universe.count());
+        let t = self.chooser.t;
+        // The T order over widths: T itself, then below T descending, then above ascending.
+        let widths = (t >= 1 && t <= n)
+            .then_some(t)
+            .into_iter()
+            .chain((1..t.min(n + 1)).rev())
+            .chain((t.max(0) + 1)..=n);
+        for w in widths {
+            let w = w as u32;
+            let found = self.first_at_width(universe, w, &prune, |m| self.achievable(m, &reach));
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// Whether some permutation merges to exactly `m` (`m` non-empty, within the machine),
+    /// given `reach`, the distinct merged masks of the explicit lists.
+    fn achievable(&self, m: NumaMask, reach: &[NumaMask]) -> bool {
+        // Only the minimal explicit intersections containing m matter (smaller dominates).
+        let mut starts: Vec<NumaMask> = reach
+            .iter()
+            .copied()
+            .filter(|r| m.is_subset_of(*r))
+            .collect();
+        starts.sort_by_key(|r| r.count());
+        let mut minimal: Vec<NumaMask> = Vec::new();
+        for r in starts {
+            if !minimal.iter().any(|p| p.is_subset_of(r)) {
+                minimal.push(r);
+            }
+        }
+        if minimal.is_empty() {
+            return false;
+        }
+        // Every source needs some hint containing m.
+        if !self.sources.iter().all(|s| s.between(m, self.machine)) {
+            return false;
+        }
+        // Every node outside m must be excluded by some list.
+        for r in self.machine.minus(m).ids() {
+            let bit = NumaMask::from_bits(1 << r);
+            let by_explicit = minimal.iter().any(|p| !p.is_set(r));
+            if !by_explicit
+                && !self
+                    .sources
+                    .iter()
+                    .any(|s| s.between(m, self.machine.minus(bit)))
+            {
+                return false;
+            }
+        }
+        let mut memo = HashSet::new();
+        minimal.into_iter().any(|p| self.dfs(0, p, m, &mut memo))
+    }
+
+    /// Can sources `j..` bring the intersection `i` (⊇ m) down to exactly `m`?
+    fn dfs(
+        &self,
+        j: usize,
+        i: NumaMask,
+        m: NumaMask,
+        memo: &mut HashSet<(usize, NumaMask)>,
+    ) -> bool {
+        if i == m {
+            // Each remaining source has a hint ⊇ m (checked up front).
+            return true;
+        }
+        if j == self.sources.len() || !memo.insert((j, i)) {
+            return false;
+        }
+        let src = &self.sources[j];
+        let outside = self.machine.minus(i);
+        if j + 1 == self.sources.len() {
+            return src.between(m, m.or(outside));
+        }
+        // Minimal intersections J ∈ [m, i] this source can produce, bottom-up by size; a
+        // source with a hint in [J, J ∪ outside] produces exactly J.
+        let free = i.minus(m);
+        let mut found: Vec<NumaMask> = Vec::new();
+        for k in 0..=free.count() {
+            // Masks of one size are never subsets of each other, so each new minimal J can
+            // be explored at once (stopping at the first success).
+            let level_start = found.len();
+            let mut success = false;
+            let mut visit = |x: NumaMask, found: &mut Vec<NumaMask>| -> bool {
+                let jm = m.or(x);
+                if !found[..level_start].iter().any(|f| f.is_subset_of(jm))
+                    && src.between(jm, jm.or(outside))
+                {
+                    found.push(jm);
+                    if self.dfs(j + 1, jm, m, memo) {
+                        success = true;
+                        return false;
+                    }
+                }
+                true
+            };
+            if k == 0 {
+                visit(NumaMask::EMPTY, &mut found);
+            } else {
+                for_each_subset_of_width(free, k, |x| visit(x, &mut found));
+            }
+            if success {
+                return true;
+            }
+        }
+        false
+    }
+}
