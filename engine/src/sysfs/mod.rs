@@ -152,12 +152,8 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
     }
 
     let mut nodes = Vec::new();
-    for id in read::numbered_entries(&node_dir, "node")? {
-        let dir = node_dir.join(format!("node{id}"));
-        if !dir.is_dir() {
-            continue;
-        }
-        nodes.push(scan_node(&dir, id)?);
+    for id in read::numbered_dirs(&node_dir, "node")? {
+        nodes.push(scan_node(&node_dir.join(format!("node{id}")), id)?);
     }
     // `cpuN/nodeK` links only matter where the node cpulists do not place a CPU in exactly
     // one node (see `model`), so only those CPUs' directories are listed.
@@ -198,12 +194,8 @@ fn online_cpus(cpu_dir: &Path) -> Result<CpuSet, SysfsError> {
         return Ok(s);
     }
     let mut online = CpuSet::new();
-    for id in read::numbered_entries(cpu_dir, "cpu")? {
-        let dir = cpu_dir.join(format!("cpu{id}"));
-        if !dir.is_dir() {
-            continue;
-        }
-        let path = dir.join("online");
+    for id in read::numbered_dirs(cpu_dir, "cpu")? {
+        let path = cpu_dir.join(format!("cpu{id}/online"));
         match read::attr(&path)?.as_deref() {
             // An empty file (seen on ia64) says nothing either way: like a missing one.
             None | Some("") | Some("1") => online.insert(id),

@@ -59,7 +59,9 @@ pub struct CpuModel {
     pub siblings: Option<CpuSet>,
     /// (`die_id`, `core_id`), used only when no sibling file exists.
     pub die_core: Option<(i64, i64)>,
-    /// The node named by a `cpuN/nodeK` entry, if any (the lowest when several).
+    /// The node named by a `cpuN/nodeK` entry (the lowest when several). [`super::scan`]
+    /// lists it only for CPUs that the node cpulists do not place in exactly one node, the
+    /// only ones whose node it decides.
     pub node_link: Option<usize>,
     /// The level-3 cache (Unified or Data), if any.
     pub l3: Option<CacheModel>,

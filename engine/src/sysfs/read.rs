@@ -185,6 +185,16 @@ pub(crate) fn mem_total(path: &Path) -> Result<Option<u64>, SysfsError> {
 /// The numbers N of the entries `<prefix><N>` of a directory, ascending. A missing directory
 /// yields nothing. Entries are never followed: only their names are used.
 pub(crate) fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<usize>, SysfsError> {
+    numbered(dir, prefix, false)
+}
+
+/// Like [`numbered_entries`], but only directories (or symlinks, which in real sysfs point
+/// at directories); the type comes from the directory listing, without a `stat` per entry.
+pub(crate) fn numbered_dirs(dir: &Path, prefix: &str) -> Result<Vec<usize>, SysfsError> {
+    numbered(dir, prefix, true)
+}
+
+fn numbered(dir: &Path, prefix: &str, dirs_only: bool) -> Result<Vec<usize>, SysfsError> {
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
@@ -195,6 +205,14 @@ pub(crate) fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<usize>, S
     let mut out = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| SysfsError::io(dir, e))?;
+        if dirs_only {
+            let ft = entry
+                .file_type()
+                .map_err(|e| SysfsError::io(&entry.path(), e))?;
+            if !(ft.is_dir() || ft.is_symlink()) {
+                continue;
+            }
+        }
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if let Some(rest) = name.strip_prefix(prefix) {
