@@ -23,7 +23,6 @@ pub(crate) struct Prune<'a> {
 /// Distances of the nodes of one machine, when small enough for exact integer ordering.
 pub(crate) struct Matrix {
     d: Vec<u64>,
-    min_off: u64,
 }
 
 /// The largest distance for which integer sums order masks exactly as the kubelet's `f64`.
@@ -33,7 +32,6 @@ impl Matrix {
     /// The matrix over `within`, or `None` without distances or with a distance above 2^32.
     pub(crate) fn exact(numa: &NumaInfo, within: NumaMask) -> Option<Matrix> {
         let mut d = vec![0u64; 64 * 64];
-        let mut min_off = u64::MAX;
         for i in within.ids() {
             let row = numa.distance_row(i)?;
             for j in within.ids() {
@@ -42,15 +40,9 @@ impl Matrix {
                     return None;
                 }
                 d[i * 64 + j] = v;
-                if i != j {
-                    min_off = min_off.min(v);
-                }
             }
         }
-        Some(Matrix {
-            d,
-            min_off: if min_off == u64::MAX { 0 } else { min_off },
-        })
+        Some(Matrix { d })
     }
 
     fn at(&self, i: usize, j: usize) -> u128 {
@@ -109,19 +101,41 @@ impl Bnb<'_> {
         if allowed.count() < r || !(self.prune.upper_ok)(s.or(allowed)) {
             return;
         }
+        // Nodes that cannot join the part now cannot join any larger part either.
+        let allowed = NumaMask::from_bits(
+            allowed
+                .ids()
+                .filter(|&y| (self.prune.lower_ok)(s.or(NumaMask::from_bits(1 << y))))
+                .fold(0u64, |acc, y| acc | 1 << y),
+        );
+        if allowed.count() < r {
+            return;
+        }
+        let r_us = r as usize;
         let mut costs: Vec<(u128, usize)> = allowed.ids().map(|y| (self.m.join(s, y), y)).collect();
         costs.sort_unstable();
         if let Some((bs, bm)) = self.best {
-            // Every completion adds r joins (each at least one of the r cheapest now) and
-            // r(r-1) ordered pairs among the new nodes.
-            let r_us = r as usize;
-            let lb = sum
-                + costs[..r_us].iter().map(|c| c.0).sum::<u128>()
-                + u128::from(r) * u128::from(r - 1) * u128::from(self.m.min_off);
-            if lb > bs {
+            // Twice the sum any completion adds: each new node y brings 2·join(s, y) plus its
+            // pairs with the other r-1 new nodes, at least its r-1 cheapest pairs within
+            // `allowed` (each pair is shared by two nodes, hence the factor 2 overall).
+            let mut per_node: Vec<u128> = costs
+                .iter()
+                .map(|&(join, y)| {
+                    let mut pairs: Vec<u128> = allowed
+                        .ids()
+                        .filter(|&z| z != y)
+                        .map(|z| self.m.at(y, z) + self.m.at(z, y))
+                        .collect();
+                    pairs.sort_unstable();
+                    2 * join + pairs[..r_us - 1].iter().sum::<u128>()
+                })
+                .collect();
+            per_node.sort_unstable();
+            let lb2 = 2 * sum + per_node[..r_us].iter().sum::<u128>();
+            if lb2 > 2 * bs {
                 return;
             }
-            if lb == bs {
+            if lb2 == 2 * bs {
                 let lowest = allowed
                     .ids()
                     .take(r_us)
@@ -138,10 +152,7 @@ impl Bnb<'_> {
             }
             let bit = NumaMask::from_bits(1 << y);
             rest = rest.minus(bit);
-            let with = s.or(bit);
-            if (self.prune.lower_ok)(with) {
-                self.rec(with, sum + c, rest, r - 1);
-            }
+            self.rec(s.or(bit), sum + c, rest, r - 1);
         }
     }
 }
