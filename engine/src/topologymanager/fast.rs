@@ -184,6 +184,10 @@ fn first_in_integer_order(
     })
 }
 
+/// Up to this many masks of one width, the prefer-closest order is found by sorting them
+/// all (cheaper than branch and bound at that size).
+const SCAN_LIMIT: u64 = 2048;
+
 /// C(n, k), saturating.
 fn binomial(n: u32, k: u32) -> u64 {
     let k = k.min(n.saturating_sub(k));
@@ -359,10 +363,12 @@ impl Search<'_> {
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
-            if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                return closest::best_of_width(&m, within, w, prune, &mut ok);
+            if binomial(within.count(), w) > SCAN_LIMIT {
+                if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                    return closest::best_of_width(&m, within, w, prune, &mut ok);
+                }
             }
-            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
+            // Few masks (or huge distances): sort by the kubelet's own f64 averages.
             let mut all = Vec::new();
             for_each_subset_of_width(within, w, |m| {
                 all.push((self.numa.average_distance(m), m));
