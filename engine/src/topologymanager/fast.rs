@@ -14,7 +14,11 @@
 //!    candidates come from one explicit list that lacks a preferred nil, or, when only
 //!    implicit sources constrain `A`, from the masks of the widths every source may prefer
 //!    ([`HintSource::preferred_widths`]), visited in the kubelet's mask order (width, then
-//!    integer value or KEP-3545 average distance) so the first accepted one wins.
+//!    integer value or KEP-3545 average distance) so the first accepted one wins. The visit
+//!    is a depth-first search that drops a branch when an upward-closed source has no hint
+//!    within everything the branch could still reach, or a source has no hint containing
+//!    the part chosen so far; with prefer-closest and more than 2048 masks of a width it is
+//!    a branch and bound over exact distance sums (`closest`).
 //! 2. **Otherwise every merged hint is non-preferred** and the winner is the best
 //!    *achievable* mask under the kubelet's `T` order (count == T, else the largest count
 //!    below T, else the smallest above, ties by the mask order). Achievable masks are
