@@ -14,7 +14,11 @@
 //!    candidates come from one explicit list that lacks a preferred nil, or, when only
 //!    implicit sources constrain `A`, from the masks of the widths every source may prefer
 //!    ([`HintSource::preferred_widths`]), visited in the kubelet's mask order (width, then
-//!    integer value or KEP-3545 average distance) so the first accepted one wins.
+//!    integer value or KEP-3545 average distance) so the first accepted one wins. The visit
+//!    is a depth-first search that drops a branch when an upward-closed source has no hint
+//!    within everything the branch could still reach, or a source has no hint containing
+//!    the part chosen so far; with prefer-closest and more than 2048 masks of a width it is
+//!    a branch and bound over exact distance sums (`closest`).
 //! 2. **Otherwise every merged hint is non-preferred** and the winner is the best
 //!    *achievable* mask under the kubelet's `T` order (count == T, else the largest count
 //!    below T, else the smallest above, ties by the mask order). Achievable masks are
@@ -183,6 +187,10 @@ fn first_in_integer_order(
         first_in_integer_order(ids, prefix, k - 1, with, r - 1, prune, ok)
     })
 }
+
+/// Up to this many masks of one width, the prefer-closest order is found by sorting them
+/// all (cheaper than branch and bound at that size).
+const SCAN_LIMIT: u64 = 2048;
 
 /// C(n, k), saturating.
 fn binomial(n: u32, k: u32) -> u64 {
@@ -359,10 +367,12 @@ impl Search<'_> {
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
-            if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                return closest::best_of_width(&m, within, w, prune, &mut ok);
+            if binomial(within.count(), w) > SCAN_LIMIT {
+                if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                    return closest::best_of_width(&m, within, w, prune, &mut ok);
+                }
             }
-            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
+            // Few masks (or huge distances): sort by the kubelet's own f64 averages.
             let mut all = Vec::new();
             for_each_subset_of_width(within, w, |m| {
                 all.push((self.numa.average_distance(m), m));
