@@ -63,3 +63,40 @@ pub async fn serve(addr: SocketAddr, state: AdminState) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, router(state)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn endpoints() {
+        let state = AdminState {
+            metrics: Arc::new(Metrics::new()),
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready = state.ready.clone();
+        tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        ready.store(true, Ordering::SeqCst);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let m = get(addr, "/metrics").await;
+        assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+        assert!(m.contains("# TYPE nodetopo_operator_leader gauge"), "{m}");
+    }
+}
