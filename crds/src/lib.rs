@@ -1,1 +1,41 @@
 //! nodetopo-crds: the `nodetopo.io/v1alpha1` API types and their validation rules.
+//!
+//! - [`NodeResourcePolicy`] (short name `nrp`): what a set of nodes should run.
+//! - [`NodeTopology`] (short name `ntopo`): one per node; the operator writes its spec (the
+//!   effective configuration), the node's agent writes its status (what it found and did).
+//!
+//! Both kinds are cluster-scoped, have the status subresource and belong to the `nodetopo`
+//! category. The validation rules live twice, on purpose: as CEL `x-kubernetes-validations`
+//! in the generated CRD schema (the API server rejects bad objects) and as Rust functions in
+//! [`validation`] (the operator, `plan` and the agent apply the same rules, with the same
+//! messages, to objects that reached them by another way). [`rules`] is the single table
+//! both are built from.
+
+pub mod conditions;
+pub mod config;
+pub mod generate;
+pub mod nodetopology;
+pub mod policy;
+pub mod rules;
+pub mod validation;
+
+pub use config::{
+    CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig, TopologyManagerPolicy,
+    TopologyManagerScope,
+};
+pub use nodetopology::{
+    KubeletAssignment, KubeletObserved, NodeTopology, NodeTopologySpec, NodeTopologyStatus,
+    NodeTopologySummary, PolicyRef, PoolsReport,
+};
+pub use policy::{
+    NodeProblem, NodeResourcePolicy, NodeResourcePolicySpec, NodeResourcePolicyStatus,
+};
+
+/// The API group of both kinds.
+pub const GROUP: &str = "nodetopo.io";
+/// The served and stored version.
+pub const VERSION: &str = "v1alpha1";
+/// Field manager of the operator (NodeTopology spec, NodeResourcePolicy status).
+pub const OPERATOR_FIELD_MANAGER: &str = "nodetopo-operator";
+/// Field manager of the agent (NodeTopology status).
+pub const AGENT_FIELD_MANAGER: &str = "nodetopo-agent";

@@ -1,0 +1,190 @@
+//! `NodeTopology` (short name `ntopo`): one per node, named after it and owned by its Node.
+//! The operator writes `spec` (field manager `nodetopo-operator`); the node's agent writes
+//! `status` (field manager `nodetopo-agent`).
+
+// kube's `printcolumn(...)` lists repeat `type_ = "..."`, which clippy mistakes for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CpuManagerConfig, TopologyManagerConfig};
+use crate::rules;
+
+/// The effective configuration of one node, written by the operator.
+#[derive(CustomResource, Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "nodetopo.io",
+    version = "v1alpha1",
+    kind = "NodeTopology",
+    plural = "nodetopologies",
+    singular = "nodetopology",
+    shortname = "ntopo",
+    category = "nodetopo",
+    status = "NodeTopologyStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "NodeTopology is one node's effective CPU/topology manager configuration (spec, from the operator) and its discovered topology and CPU allocations (status, from the node agent).",
+    printcolumn(name = "Policy", type_ = "string", json_path = ".spec.policyRef.name"),
+    printcolumn(
+        name = "CPU-Manager",
+        type_ = "string",
+        json_path = ".spec.cpuManager.policy"
+    ),
+    printcolumn(
+        name = "Topology-Manager",
+        type_ = "string",
+        json_path = ".spec.topologyManager.policy"
+    ),
+    printcolumn(name = "CPUs", type_ = "integer", json_path = ".status.summary.cpus"),
+    printcolumn(
+        name = "NUMA",
+        type_ = "integer",
+        json_path = ".status.summary.numaNodes"
+    ),
+    printcolumn(
+        name = "Uncore",
+        type_ = "integer",
+        json_path = ".status.summary.uncoreCaches"
+    ),
+    printcolumn(
+        name = "Exclusive",
+        type_ = "integer",
+        json_path = ".status.summary.exclusiveCPUs"
+    ),
+    printcolumn(
+        name = "Aligned",
+        type_ = "integer",
+        json_path = ".status.summary.alignedContainers"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = rules::spec_schema)]
+pub struct NodeTopologySpec {
+    /// CPU manager configuration in effect for this node.
+    pub cpu_manager: CpuManagerConfig,
+    /// Topology manager configuration in effect for this node.
+    pub topology_manager: TopologyManagerConfig,
+    /// The NodeResourcePolicy this configuration came from; absent when no policy selects the
+    /// node (then both managers run policy `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_ref: Option<PolicyRef>,
+}
+
+/// Reference to the policy (and its generation) a NodeTopology spec was rendered from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    /// NodeResourcePolicy name.
+    pub name: String,
+    /// Its `metadata.generation` when the spec was rendered.
+    pub generation: i64,
+}
+
+/// CPU pools of the node, in list syntax.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolsReport {
+    /// Reserved CPUs (system daemons).
+    pub reserved: String,
+    /// The shared pool: every CPU not exclusively assigned (includes the reserved CPUs
+    /// unless strict-cpu-reservation is set).
+    pub shared: String,
+    /// CPUs exclusively assigned to containers.
+    pub exclusive: String,
+    /// CPUs that can still be assigned exclusively.
+    pub free: String,
+}
+
+/// One exclusive assignment read from the kubelet's CPU manager checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletAssignment {
+    /// The pod's UID.
+    #[serde(rename = "podUID")]
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// CPUs, in list syntax.
+    pub cpus: String,
+}
+
+/// What the kubelet's own CPU manager checkpoint says, where the agent can read it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletObserved {
+    /// The kubelet's CPU manager policy name (`none`, `static`).
+    pub policy_name: String,
+    /// The kubelet's default (shared) CPU set, in list syntax.
+    #[serde(rename = "defaultCPUSet")]
+    pub default_cpu_set: String,
+    /// The kubelet's exclusive assignments, sorted by pod UID then container.
+    #[serde(default)]
+    pub assignments: Vec<KubeletAssignment>,
+}
+
+/// Counts for `kubectl get nodetopology`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopologySummary {
+    /// CPU manager policy the agent runs.
+    pub cpu_manager_policy: String,
+    /// Topology manager policy the agent runs.
+    pub topology_manager_policy: String,
+    /// Online logical CPUs.
+    pub cpus: i32,
+    /// NUMA nodes.
+    pub numa_nodes: i32,
+    /// Uncore caches.
+    pub uncore_caches: i32,
+    /// CPUs exclusively assigned.
+    #[serde(rename = "exclusiveCPUs")]
+    pub exclusive_cpus: i32,
+    /// Containers holding exclusive CPUs.
+    pub containers: i32,
+    /// Of those, containers whose CPUs lie inside one NUMA node.
+    pub aligned_containers: i32,
+    /// Rejected container admissions.
+    pub rejections: i32,
+}
+
+/// What the node's agent found and decided, written by the agent only.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopologyStatus {
+    /// The NodeTopology `metadata.generation` (spec) the agent has applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (the agent runs the current spec), `Invalid` (the spec cannot apply on this
+    /// node; reason e.g. `ReservedCPUsAbsent`), `KubeletAgreement` (the kubelet's checkpoint
+    /// matches the agent's assignments).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The discovered CPU topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyReport>,
+    /// CPU pools under the applied configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsReport>,
+    /// Exclusive allocations, in admission order.
+    #[serde(default)]
+    pub allocations: Vec<AllocationReport>,
+    /// Admissions that failed, with the kubelet's reason.
+    #[serde(default)]
+    pub rejections: Vec<RejectionReport>,
+    /// The kubelet's own CPU manager state, where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletObserved>,
+    /// Counts for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<NodeTopologySummary>,
+}

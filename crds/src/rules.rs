@@ -1,0 +1,251 @@
+//! The single table of validation rules, as CEL `x-kubernetes-validations` for the CRD
+//! schema, plus the schema transforms that attach them.
+//!
+//! Each [`Rule`] carries the CEL expression and the message the API server prints when it is
+//! false. [`crate::validation`] implements every rule again in Rust and returns exactly the same
+//! message, so a user sees the same words from `kubectl apply`, from the operator's Invalid
+//! condition and from `nodetopo-agent plan`. Tests check that every rule of this table appears
+//! in the generated CRDs and that the Rust side produces each message.
+//!
+//! Cost: the API server estimates the worst-case cost of every rule from the schema's bounds.
+//! The option maps therefore carry `maxProperties`, their values `maxLength`, and key checks use
+//! map-literal membership (`k in {...}`) rather than list membership, whose estimated cost grows
+//! with the (unbounded) key length times the list length.
+
+use schemars::Schema;
+use serde_json::{json, Value};
+
+/// One CEL validation rule with its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// The CEL expression; `self` is the object the rule is attached to.
+    pub rule: &'static str,
+    /// The message shown when the rule is false. It names the field.
+    pub message: &'static str,
+}
+
+/// Static CPU manager option names the kubelet knows (kubelet 1.34, `policy_options.go`).
+pub const CPU_MANAGER_OPTIONS: [&str; 6] = [
+    "align-by-socket",
+    "distribute-cpus-across-cores",
+    "distribute-cpus-across-numa",
+    "full-pcpus-only",
+    "prefer-align-cpus-by-uncorecache",
+    "strict-cpu-reservation",
+];
+
+/// Topology manager option names the kubelet knows.
+pub const TOPOLOGY_MANAGER_OPTIONS: [&str; 2] =
+    ["max-allowable-numa-nodes", "prefer-closest-numa-nodes"];
+
+/// The kubelet's lower bound for `max-allowable-numa-nodes` (its default, 8).
+pub const MIN_MAX_ALLOWABLE_NUMA_NODES: u32 = 8;
+
+/// Pairs of CPU manager options the kubelet refuses to combine (both "true"), in the order
+/// the kubelet checks them (`NewStaticPolicyOptions`).
+pub const INCOMPATIBLE_CPU_OPTIONS: [(&str, &str); 4] = [
+    ("full-pcpus-only", "distribute-cpus-across-cores"),
+    (
+        "distribute-cpus-across-numa",
+        "distribute-cpus-across-cores",
+    ),
+    (
+        "prefer-align-cpus-by-uncorecache",
+        "distribute-cpus-across-cores",
+    ),
+    (
+        "prefer-align-cpus-by-uncorecache",
+        "distribute-cpus-across-numa",
+    ),
+];
+
+/// `cpuManager.options`: names.
+pub const CPU_OPTIONS_KNOWN: Rule = Rule {
+    rule: "self.all(k, k in {'align-by-socket': true, 'distribute-cpus-across-cores': true, 'distribute-cpus-across-numa': true, 'full-pcpus-only': true, 'prefer-align-cpus-by-uncorecache': true, 'strict-cpu-reservation': true})",
+    message: "cpuManager.options: unknown option name; known options are align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, prefer-align-cpus-by-uncorecache, strict-cpu-reservation",
+};
+
+/// `cpuManager.options`: values.
+pub const CPU_OPTIONS_BOOLEAN: Rule = Rule {
+    rule: "self.all(k, self[k] == 'true' || self[k] == 'false')",
+    message: "cpuManager.options: every option value must be \"true\" or \"false\"",
+};
+
+/// `cpuManager.options`: the four incompatible pairs, same order as [`INCOMPATIBLE_CPU_OPTIONS`].
+pub const CPU_OPTIONS_INCOMPATIBLE: [Rule; 4] = [
+    Rule {
+        rule: "!('full-pcpus-only' in self && self['full-pcpus-only'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
+        message: "cpuManager.options: full-pcpus-only and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
+    },
+    Rule {
+        rule: "!('distribute-cpus-across-numa' in self && self['distribute-cpus-across-numa'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
+        message: "cpuManager.options: distribute-cpus-across-numa and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
+    },
+    Rule {
+        rule: "!('prefer-align-cpus-by-uncorecache' in self && self['prefer-align-cpus-by-uncorecache'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
+        message: "cpuManager.options: prefer-align-cpus-by-uncorecache and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
+    },
+    Rule {
+        rule: "!('prefer-align-cpus-by-uncorecache' in self && self['prefer-align-cpus-by-uncorecache'] == 'true' && 'distribute-cpus-across-numa' in self && self['distribute-cpus-across-numa'] == 'true')",
+        message: "cpuManager.options: prefer-align-cpus-by-uncorecache and distribute-cpus-across-numa cannot both be \"true\" (the kubelet rejects the combination)",
+    },
+];
+
+/// The list syntax accepted for `reservedSystemCPUs` (ids of at most 5 digits, so that CEL's
+/// `int()` cannot overflow and the cost stays bounded).
+pub const CPU_LIST_REGEX: &str = "^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$";
+
+/// `cpuManager.reservedSystemCPUs`: syntax.
+pub const RESERVED_SYSTEM_CPUS_SYNTAX: Rule = Rule {
+    rule: "self.matches('^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$')",
+    message: "cpuManager.reservedSystemCPUs: must be a CPU list such as \"0-1\" or \"0,2,4-7\" (CPU ids up to 5 digits and ranges, separated by commas, no spaces)",
+};
+
+/// `cpuManager.reservedSystemCPUs`: range order.
+pub const RESERVED_SYSTEM_CPUS_RANGES: Rule = Rule {
+    rule: "!self.matches('^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$') || self.split(',').all(r, !r.contains('-') || int(r.split('-')[0]) <= int(r.split('-')[1]))",
+    message: "cpuManager.reservedSystemCPUs: a range's start must not be greater than its end",
+};
+
+/// `cpuManager`: the two reservation forms exclude each other.
+pub const RESERVATION_EXCLUSIVE: Rule = Rule {
+    rule: "!has(self.reservedSystemCPUs) || !has(self.reservedCPUs)",
+    message: "cpuManager: set either reservedSystemCPUs or reservedCPUs, not both",
+};
+
+/// `cpuManager`: the static policy needs reserved CPUs (the kubelet refuses to start without).
+pub const STATIC_NEEDS_RESERVATION: Rule = Rule {
+    rule: "self.policy != 'static' || has(self.reservedSystemCPUs) || (has(self.reservedCPUs) && self.reservedCPUs > 0)",
+    message: "cpuManager: policy static needs a CPU reservation; set reservedSystemCPUs, or reservedCPUs greater than 0",
+};
+
+/// `cpuManager`: options only with the static policy (the kubelet's none policy refuses them).
+pub const OPTIONS_NEED_STATIC: Rule = Rule {
+    rule: "self.policy == 'static' || !has(self.options) || size(self.options) == 0",
+    message: "cpuManager.options: options need policy static (the kubelet's none policy accepts no options)",
+};
+
+/// `topologyManager.options`: names.
+pub const TM_OPTIONS_KNOWN: Rule = Rule {
+    rule: "self.all(k, k in {'max-allowable-numa-nodes': true, 'prefer-closest-numa-nodes': true})",
+    message: "topologyManager.options: unknown option name; known options are max-allowable-numa-nodes, prefer-closest-numa-nodes",
+};
+
+/// `topologyManager.options`: `prefer-closest-numa-nodes` is boolean.
+pub const TM_PREFER_CLOSEST_BOOLEAN: Rule = Rule {
+    rule: "!('prefer-closest-numa-nodes' in self) || self['prefer-closest-numa-nodes'] == 'true' || self['prefer-closest-numa-nodes'] == 'false'",
+    message: "topologyManager.options: prefer-closest-numa-nodes must be \"true\" or \"false\"",
+};
+
+/// `topologyManager.options`: `max-allowable-numa-nodes` is a number >= 8.
+pub const TM_MAX_NUMA_NODES: Rule = Rule {
+    rule: "!('max-allowable-numa-nodes' in self) || (self['max-allowable-numa-nodes'].matches('^[0-9]{1,3}$') && int(self['max-allowable-numa-nodes']) >= 8)",
+    message: "topologyManager.options: max-allowable-numa-nodes must be a whole number from 8 (the kubelet's minimum) to 999",
+};
+
+/// Spec level: align-by-socket with the single-numa-node topology manager policy.
+pub const ALIGN_BY_SOCKET_SINGLE_NUMA: Rule = Rule {
+    rule: "!(has(self.cpuManager) && has(self.cpuManager.options) && 'align-by-socket' in self.cpuManager.options && self.cpuManager.options['align-by-socket'] == 'true' && has(self.topologyManager) && self.topologyManager.policy == 'single-numa-node')",
+    message: "cpuManager.options: align-by-socket cannot be used with topologyManager.policy single-numa-node (the kubelet rejects the combination)",
+};
+
+/// Every rule, for the drift tests.
+pub fn all() -> Vec<Rule> {
+    let mut v = vec![
+        CPU_OPTIONS_KNOWN,
+        CPU_OPTIONS_BOOLEAN,
+        RESERVED_SYSTEM_CPUS_SYNTAX,
+        RESERVED_SYSTEM_CPUS_RANGES,
+        RESERVATION_EXCLUSIVE,
+        STATIC_NEEDS_RESERVATION,
+        OPTIONS_NEED_STATIC,
+        TM_OPTIONS_KNOWN,
+        TM_PREFER_CLOSEST_BOOLEAN,
+        TM_MAX_NUMA_NODES,
+        ALIGN_BY_SOCKET_SINGLE_NUMA,
+    ];
+    v.extend(CPU_OPTIONS_INCOMPATIBLE);
+    v
+}
+
+fn rules_json(rules: &[Rule]) -> Value {
+    Value::Array(
+        rules
+            .iter()
+            .map(|r| json!({"rule": r.rule, "message": r.message}))
+            .collect(),
+    )
+}
+
+fn insert(schema: &mut Schema, key: &str, value: Value) {
+    schema.insert(key.to_string(), value);
+}
+
+/// Schema transform for `cpuManager.options`.
+pub fn cpu_options_schema(schema: &mut Schema) {
+    let mut rules = vec![CPU_OPTIONS_KNOWN, CPU_OPTIONS_BOOLEAN];
+    rules.extend(CPU_OPTIONS_INCOMPATIBLE);
+    insert(schema, "maxProperties", json!(CPU_MANAGER_OPTIONS.len()));
+    insert(
+        schema,
+        "additionalProperties",
+        json!({"type": "string", "maxLength": 5}),
+    );
+    insert(schema, "x-kubernetes-validations", rules_json(&rules));
+}
+
+/// Schema transform for `topologyManager.options`.
+pub fn tm_options_schema(schema: &mut Schema) {
+    insert(
+        schema,
+        "maxProperties",
+        json!(TOPOLOGY_MANAGER_OPTIONS.len()),
+    );
+    insert(
+        schema,
+        "additionalProperties",
+        json!({"type": "string", "maxLength": 5}),
+    );
+    insert(
+        schema,
+        "x-kubernetes-validations",
+        rules_json(&[
+            TM_OPTIONS_KNOWN,
+            TM_PREFER_CLOSEST_BOOLEAN,
+            TM_MAX_NUMA_NODES,
+        ]),
+    );
+}
+
+/// Schema transform for `cpuManager.reservedSystemCPUs` (the field's schema may be wrapped
+/// as nullable by schemars; the rules go on whatever object describes the string).
+pub fn reserved_system_cpus_schema(schema: &mut Schema) {
+    insert(schema, "maxLength", json!(256));
+    insert(
+        schema,
+        "x-kubernetes-validations",
+        rules_json(&[RESERVED_SYSTEM_CPUS_SYNTAX, RESERVED_SYSTEM_CPUS_RANGES]),
+    );
+}
+
+/// Schema transform for the `cpuManager` object.
+pub fn cpu_manager_schema(schema: &mut Schema) {
+    insert(
+        schema,
+        "x-kubernetes-validations",
+        rules_json(&[
+            RESERVATION_EXCLUSIVE,
+            STATIC_NEEDS_RESERVATION,
+            OPTIONS_NEED_STATIC,
+        ]),
+    );
+}
+
+/// Schema transform for a spec carrying both managers (policy spec, NodeTopology spec).
+pub fn spec_schema(schema: &mut Schema) {
+    insert(
+        schema,
+        "x-kubernetes-validations",
+        rules_json(&[ALIGN_BY_SOCKET_SINGLE_NUMA]),
+    );
+}
