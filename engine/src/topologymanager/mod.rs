@@ -1,6 +1,7 @@
 //! The kubelet-compatible topology manager: NUMA masks, hint providers, merge and admission.
 
 pub mod mask;
+pub mod providers;
 
 pub use mask::{MaskError, NumaMask};
 

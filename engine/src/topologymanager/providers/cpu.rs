@@ -1,0 +1,136 @@
+//! The CPU manager's hints (kubelet static policy `generateCPUTopologyHints`) as an
+//! implicit hint source.
+//!
+//! The universe is the NUMA nodes that have CPUs (the kubelet iterates
+//! `CPUDetails.NUMANodes()`). A mask is a hint when every reusable CPU lies on its nodes and
+//! reusable plus available CPUs on its nodes reach the request. `minAffinitySize` is the
+//! narrowest width whose nodes hold at least `request` CPUs in total (the largest nodes
+//! first); a hint is preferred when its width equals it, or, with `align-by-socket`, when it
+//! spans exactly `ceil(minAffinitySize / numaNodesPerSocket)` sockets (declared counts).
+//! Precomputing per-node counts makes a lookup O(nodes in the mask).
+
+use std::collections::BTreeMap;
+
+use crate::cpuset::CpuSet;
+use crate::topology::CpuTopology;
+use crate::topologymanager::{NumaMask, TopologyHint};
+
+use super::{min_width_single, within};
+
+/// `generateCPUTopologyHints(available, reusable, request)`, answered per mask.
+#[derive(Debug, Clone)]
+pub struct CpuHintSource {
+    ids: Vec<usize>,
+    universe: NumaMask,
+    /// Available CPUs per NUMA node id.
+    available: BTreeMap<usize, usize>,
+    /// NUMA nodes of the reusable CPUs, and their count.
+    reusable_nodes: NumaMask,
+    reusable: usize,
+    request: usize,
+    min_affinity: usize,
+    /// With align-by-socket: socket mask of each node, and the socket count a preferred
+    /// hint spans.
+    socket_rule: Option<(BTreeMap<usize, u64>, usize)>,
+}
+
+impl CpuHintSource {
+    /// Builds the source from the same inputs as the kubelet's function. CPUs of
+    /// `available`/`reusable` that the topology does not know are ignored, as the kubelet's
+    /// lookup of an unknown CPU yields NUMA node 0 only for CPUs it knows.
+    pub fn new(
+        t: &CpuTopology,
+        available: &CpuSet,
+        reusable: &CpuSet,
+        request: usize,
+        align_by_socket: bool,
+    ) -> Self {
+        let ids = t.ids_of(&t.all_cpus(), |c| c.numa);
+        let universe = NumaMask::new(ids.iter().copied().filter(|i| *i < 64)).unwrap_or_default();
+        let mut total: BTreeMap<usize, u64> = ids.iter().map(|i| (*i, 0)).collect();
+        let mut sockets: BTreeMap<usize, u64> = BTreeMap::new();
+        for c in t.cpus() {
+            *total.entry(c.numa).or_default() += 1;
+            if c.socket < 64 {
+                *sockets.entry(c.numa).or_default() |= 1 << c.socket;
+            }
+        }
+        let mut avail: BTreeMap<usize, usize> = BTreeMap::new();
+        for id in available.iter() {
+            if let Some(c) = t.cpu(id) {
+                *avail.entry(c.numa).or_default() += 1;
+            }
+        }
+        let mut reusable_bits = 0u64;
+        let mut reusable_count = 0;
+        for id in reusable.iter() {
+            reusable_count += 1;
+            if let Some(c) = t.cpu(id) {
+                if c.numa < 64 {
+                    reusable_bits |= 1 << c.numa;
+                }
+            } else {
+                // The kubelet reads a zero-valued CPUInfo: NUMA node 0.
+                reusable_bits |= 1;
+            }
+        }
+        let counts: Vec<u64> = total.values().copied().collect();
+        let min_affinity = min_width_single(&counts, request as u64)
+            .filter(|w| *w < ids.len())
+            .unwrap_or(ids.len());
+        let socket_rule = align_by_socket.then(|| {
+            let d = t.declared();
+            let per_socket = d.num_numa_nodes.checked_div(d.num_sockets).unwrap_or(0);
+            let min_sockets = if per_socket == 0 {
+                usize::MAX
+            } else {
+                min_affinity.div_ceil(per_socket)
+            };
+            (sockets, min_sockets)
+        });
+        Self {
+            ids,
+            universe,
+            available: avail,
+            reusable_nodes: NumaMask::from_bits(reusable_bits),
+            reusable: reusable_count,
+            request,
+            min_affinity,
+            socket_rule,
+        }
+    }
+
+    /// `Some(preferred)` when `mask` is in the kubelet's list, else `None`.
+    pub fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        if !within(mask, self.universe) || !self.reusable_nodes.is_subset_of(mask) {
+            return None;
+        }
+        let matching: usize = self.reusable
+            + mask
+                .ids()
+                .map(|n| self.available.get(&n).copied().unwrap_or(0))
+                .sum::<usize>();
+        if matching < self.request {
+            return None;
+        }
+        if let Some((sockets, min_sockets)) = &self.socket_rule {
+            let spanned = mask
+                .ids()
+                .fold(0u64, |acc, n| acc | sockets.get(&n).copied().unwrap_or(0));
+            if spanned.count_ones() as usize == *min_sockets {
+                return Some(true);
+            }
+        }
+        Some(mask.count() as usize == self.min_affinity)
+    }
+
+    /// The kubelet's explicit list.
+    pub fn materialize(&self) -> Vec<TopologyHint> {
+        super::materialize_with(&self.ids, |m| self.lookup(m))
+    }
+
+    /// The NUMA nodes (with CPUs) this source ranges over.
+    pub fn numa_ids(&self) -> &[usize] {
+        &self.ids
+    }
+}
