@@ -134,3 +134,71 @@ impl CpuHintSource {
         &self.ids
     }
 }
+
+impl CpuHintSource {
+    /// The narrowest hint's width: the reusable CPUs' nodes are forced, then the nodes
+    /// with the most available CPUs are added until the request is met.
+    fn narrowest(&self) -> Option<u32> {
+        let forced = self.reusable_nodes;
+        if !forced.is_subset_of(self.universe) {
+            return None;
+        }
+        let have = self.reusable
+            + forced
+                .ids()
+                .map(|n| self.available.get(&n).copied().unwrap_or(0))
+                .sum::<usize>();
+        let mut others: Vec<u64> = self
+            .ids
+            .iter()
+            .filter(|n| !forced.is_set(**n))
+            .map(|n| self.available.get(n).copied().unwrap_or(0) as u64)
+            .collect();
+        let base = forced.count() as usize;
+        let extra = if have >= self.request {
+            usize::from(base == 0)
+        } else {
+            others.sort_unstable_by(|a, b| b.cmp(a));
+            min_width_single(&others, (self.request - have) as u64)?
+        };
+        Some((base + extra.max(usize::from(base == 0))) as u32)
+    }
+}
+
+impl crate::topologymanager::HintSource for CpuHintSource {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        CpuHintSource::lookup(self, mask)
+    }
+
+    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
+        // The kubelet iterates the CPU-bearing nodes only; a machine that is narrower than
+        // the universe (never in practice) is honoured by filtering.
+        let ids: Vec<usize> = self.ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
+        super::materialize_with(&ids, |m| self.lookup(m))
+    }
+
+    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
+        self.narrowest()
+    }
+
+    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
+        let narrowest = self.narrowest()?;
+        if self.socket_rule.is_some() {
+            // Socket-aligned hints of any width may be preferred: a loose, safe range.
+            return Some((narrowest, self.ids.len() as u32));
+        }
+        // Every hint is at least minAffinitySize wide (available CPUs never exceed the
+        // node's CPUs), so a preferred hint exists iff the narrowest hint has that width.
+        (narrowest as usize == self.min_affinity).then_some((narrowest, narrowest))
+    }
+
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        // Upward-closed within the CPU-bearing nodes: the widest candidate decides.
+        let top = hi.and(self.universe);
+        lo.is_subset_of(top) && !lo.is_empty() && self.lookup(top).is_some()
+    }
+
+    fn is_upward_closed(&self, machine: NumaMask) -> bool {
+        machine.is_subset_of(self.universe)
+    }
+}
