@@ -10,10 +10,13 @@
 //! Precomputing per-node counts makes a lookup O(nodes in the mask).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use crate::cpumanager::{guaranteed_cpus, pod_guaranteed_cpus, CpuState, StaticPolicy};
 use crate::cpuset::CpuSet;
+use crate::pod::{Container, Pod};
 use crate::topology::CpuTopology;
-use crate::topologymanager::{NumaMask, TopologyHint};
+use crate::topologymanager::{NumaMask, ProviderHints, ResourceHints, TopologyHint};
 
 use super::{min_width_single, within};
 
@@ -201,4 +204,66 @@ impl crate::topologymanager::HintSource for CpuHintSource {
     fn is_upward_closed(&self, machine: NumaMask) -> bool {
         machine.is_subset_of(self.universe)
     }
+}
+
+/// The CPU manager's answer for one container (kubelet `GetTopologyHints`), with the same
+/// inputs as [`StaticPolicy::container_hints`] but an implicit list: `None` is the nil map.
+pub fn container_hints(
+    policy: &StaticPolicy,
+    state: &CpuState,
+    pod: &Pod,
+    container: &Container,
+) -> ProviderHints {
+    let requested = guaranteed_cpus(pod, container);
+    if requested == 0 {
+        return None;
+    }
+    let hints = match state.get(&pod.uid, &container.name) {
+        Some(allocated) if allocated.len() != requested => ResourceHints::Explicit(Vec::new()),
+        Some(allocated) => implicit(policy, allocated, &CpuSet::new(), requested),
+        None => implicit(
+            policy,
+            &policy.assignable(state),
+            &policy.reusable(&pod.uid),
+            requested,
+        ),
+    };
+    Some(BTreeMap::from([("cpu".to_string(), hints)]))
+}
+
+/// The CPU manager's answer for a whole pod (kubelet `GetPodTopologyHints`).
+pub fn pod_hints(policy: &StaticPolicy, state: &CpuState, pod: &Pod) -> ProviderHints {
+    let requested = pod_guaranteed_cpus(pod);
+    if requested == 0 {
+        return None;
+    }
+    let mut assigned = CpuSet::new();
+    for c in pod.all_containers() {
+        if let Some(allocated) = state.get(&pod.uid, &c.name) {
+            if allocated.len() != guaranteed_cpus(pod, c) {
+                return Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    ResourceHints::Explicit(Vec::new()),
+                )]));
+            }
+            assigned = assigned.union(allocated);
+        }
+    }
+    let hints = if assigned.len() == requested {
+        implicit(policy, &assigned, &CpuSet::new(), requested)
+    } else {
+        let reusable = policy.reusable(&pod.uid).union(&assigned);
+        implicit(policy, &policy.assignable(state), &reusable, requested)
+    };
+    Some(BTreeMap::from([("cpu".to_string(), hints)]))
+}
+
+fn implicit(policy: &StaticPolicy, available: &CpuSet, reusable: &CpuSet, request: usize) -> ResourceHints {
+    ResourceHints::Implicit(Arc::new(CpuHintSource::new(
+        policy.topology(),
+        available,
+        reusable,
+        request,
+        policy.options().align_by_socket,
+    )))
 }
