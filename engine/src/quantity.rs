@@ -374,7 +374,12 @@ mod tests {
         let e = parse_millis("-1").expect_err("negative");
         assert_eq!(e.to_string(), "quantity \"-1\" must not be negative");
         let e = parse_units("20E").expect_err("too big");
-        assert_eq!(e, QuantityError::OutOfRange { input: "20E".into() });
+        assert_eq!(
+            e,
+            QuantityError::OutOfRange {
+                input: "20E".into()
+            }
+        );
         assert!(parse_units("1e400").is_err());
         assert!(parse_millis("999999999999999999999999999999999999999999").is_err());
     }

@@ -18,7 +18,11 @@ fn every_topologymanager_vector_passes() {
         })
         .collect();
     files.sort();
-    assert_eq!(files.len(), 3, "expected the three topologymanager vector files");
+    assert_eq!(
+        files.len(),
+        3,
+        "expected the three topologymanager vector files"
+    );
     let mut total = 0;
     let mut failures = Vec::new();
     for f in &files {
@@ -34,7 +38,10 @@ fn every_topologymanager_vector_passes() {
             }
         }
     }
-    println!("{total} topology-manager vector cases, {} failed", failures.len());
+    println!(
+        "{total} topology-manager vector cases, {} failed",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // 161+5+7+25+9 merge, 6+5+13+23+16 numa-distance, 71 bitmask.
     assert_eq!(total, 341);

@@ -28,7 +28,9 @@ use crate::cpuset::CpuSet;
 use crate::pod::{Container, Pod};
 use crate::report::{Alignment, AllocationReport, HintReport, RejectionReport};
 use crate::topology::CpuTopology;
-use crate::topologymanager::providers::device::{DeviceError, DeviceHints, DeviceManager, DeviceSpec};
+use crate::topologymanager::providers::device::{
+    DeviceError, DeviceHints, DeviceManager, DeviceSpec,
+};
 use crate::topologymanager::providers::memory::{
     MemoryError, MemoryHints, MemoryManager, ReservedMemory,
 };
@@ -190,7 +192,9 @@ impl NodeAdmitter {
         };
         let memory = match memory {
             MemoryManagerConfig::None => None,
-            MemoryManagerConfig::Static { reserved } => Some(MemoryManager::new(&topology, reserved)?),
+            MemoryManagerConfig::Static { reserved } => {
+                Some(MemoryManager::new(&topology, reserved)?)
+            }
         };
         let numa_ids: Vec<usize> = topology.numa_nodes().iter().map(|n| n.id).collect();
         let devices = DeviceManager::new(devices, &numa_ids)?;
@@ -230,7 +234,11 @@ impl NodeAdmitter {
 
     /// The CPU pools.
     pub fn pools(&self) -> Pools {
-        let reserved = self.cpu.as_ref().map(|p| p.reserved().clone()).unwrap_or_default();
+        let reserved = self
+            .cpu
+            .as_ref()
+            .map(|p| p.reserved().clone())
+            .unwrap_or_default();
         let shared = self.state.default_cpuset.clone();
         Pools {
             free: shared.difference(&reserved),
@@ -372,11 +380,12 @@ impl NodeAdmitter {
                 preferred: false,
             });
         };
-        let result = merge(self.tm.policy, numa, &self.tm.options, providers).map_err(|e| Refusal {
-            container: container.to_string(),
-            reason: "UnexpectedAdmissionError".to_string(),
-            message: e.to_string(),
-        })?;
+        let result =
+            merge(self.tm.policy, numa, &self.tm.options, providers).map_err(|e| Refusal {
+                container: container.to_string(),
+                reason: "UnexpectedAdmissionError".to_string(),
+                message: e.to_string(),
+            })?;
         if !result.admit {
             return Err(Refusal {
                 container: container.to_string(),
@@ -388,7 +397,12 @@ impl NodeAdmitter {
     }
 
     /// Every provider's `Allocate` for one container, CPU first, then memory, then devices.
-    fn allocate(&mut self, pod: &Pod, c: &Container, hint: Option<&TopologyHint>) -> Result<(), Refusal> {
+    fn allocate(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        hint: Option<&TopologyHint>,
+    ) -> Result<(), Refusal> {
         let refusal = |reason: &str, message: String| Refusal {
             container: c.name.clone(),
             reason: reason.to_string(),

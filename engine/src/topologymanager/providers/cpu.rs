@@ -176,7 +176,12 @@ impl crate::topologymanager::HintSource for CpuHintSource {
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
         // The kubelet iterates the CPU-bearing nodes only; a machine that is narrower than
         // the universe (never in practice) is honoured by filtering.
-        let ids: Vec<usize> = self.ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
+        let ids: Vec<usize> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|i| machine.is_set(*i))
+            .collect();
         super::materialize_with(&ids, |m| self.lookup(m))
     }
 
@@ -186,9 +191,32 @@ impl crate::topologymanager::HintSource for CpuHintSource {
 
     fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
         let narrowest = self.narrowest()?;
-        if self.socket_rule.is_some() {
-            // Socket-aligned hints of any width may be preferred: a loose, safe range.
-            return Some((narrowest, self.ids.len() as u32));
+        if let Some((sockets, min_sockets)) = &self.socket_rule {
+            // Socket-aligned hints: a set of `min_sockets` sockets has one iff all its
+            // CPU-bearing nodes together are a hint (hints are upward-closed), and those
+            // hints are at most that wide.
+            let mut widest = (narrowest as usize == self.min_affinity).then_some(narrowest);
+            let socket_ids: Vec<usize> = sockets
+                .values()
+                .flat_map(|b| (0..64).filter(move |i| b >> i & 1 == 1))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if *min_sockets <= socket_ids.len() {
+                super::any_mask_of_width(&socket_ids, *min_sockets, |chosen| {
+                    let nodes = self
+                        .ids
+                        .iter()
+                        .copied()
+                        .filter(|n| sockets.get(n).is_some_and(|b| b & !chosen.bits() == 0));
+                    let mask = NumaMask::from_bits(nodes.fold(0, |a, n| a | 1 << n));
+                    if self.lookup(mask).is_some() {
+                        widest = Some(widest.map_or(mask.count(), |w| w.max(mask.count())));
+                    }
+                    false
+                });
+            }
+            return widest.map(|w| (narrowest, w));
         }
         // Every hint is at least minAffinitySize wide (available CPUs never exceed the
         // node's CPUs), so a preferred hint exists iff the narrowest hint has that width.
@@ -258,7 +286,12 @@ pub fn pod_hints(policy: &StaticPolicy, state: &CpuState, pod: &Pod) -> Provider
     Some(BTreeMap::from([("cpu".to_string(), hints)]))
 }
 
-fn implicit(policy: &StaticPolicy, available: &CpuSet, reusable: &CpuSet, request: usize) -> ResourceHints {
+fn implicit(
+    policy: &StaticPolicy,
+    available: &CpuSet,
+    reusable: &CpuSet,
+    request: usize,
+) -> ResourceHints {
     ResourceHints::Implicit(Arc::new(CpuHintSource::new(
         policy.topology(),
         available,

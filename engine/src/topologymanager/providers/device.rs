@@ -502,6 +502,82 @@ fn min_device_width(ids: &[usize], devices: &[NumaMask], request: u64) -> Option
     best
 }
 
+impl DeviceHintSource {
+    /// The narrowest hint's width. Single-node devices: the reusable devices' nodes are
+    /// forced, then nodes with the most available devices. Devices spanning nodes: the
+    /// kubelet's enumeration by width, stopping at the first hint.
+    fn narrowest(&self) -> Option<u32> {
+        let single = self
+            .available
+            .iter()
+            .chain(&self.reusable)
+            .all(|m| m.count() == 1);
+        if !single {
+            let mut best = None;
+            super::for_each_mask(&self.ids, |m| {
+                if best.is_none() && self.lookup(m).is_some() {
+                    best = Some(m.count());
+                }
+            });
+            return best;
+        }
+        let forced = self.reusable.iter().fold(NumaMask::EMPTY, |a, m| a.or(*m));
+        let count_on = |n: usize| self.available.iter().filter(|m| m.is_set(n)).count();
+        let have = self.reusable.len() + forced.ids().map(count_on).sum::<usize>();
+        let base = forced.count() as usize;
+        let need = (self.request as usize).saturating_sub(have);
+        let mut others: Vec<u64> = self
+            .ids
+            .iter()
+            .filter(|n| !forced.is_set(**n))
+            .map(|n| count_on(*n) as u64)
+            .collect();
+        let extra = if need == 0 {
+            0
+        } else {
+            others.sort_unstable_by(|a, b| b.cmp(a));
+            super::min_width_single(&others, need as u64)?
+        };
+        Some((base + extra).max(1) as u32)
+    }
+}
+
+impl crate::topologymanager::HintSource for DeviceHintSource {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        DeviceHintSource::lookup(self, mask)
+    }
+
+    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
+        let ids: Vec<usize> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|i| machine.is_set(*i))
+            .collect();
+        super::materialize_with(&ids, |m| self.lookup(m))
+    }
+
+    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
+        self.narrowest()
+    }
+
+    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
+        // Free devices are a subset of all devices, so no hint is narrower than
+        // minAffinitySize: a preferred hint exists iff the narrowest hint has that width.
+        let w = self.narrowest()?;
+        (w as usize == self.min_affinity).then_some((w, w))
+    }
+
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        let top = hi.and(self.universe);
+        !lo.is_empty() && lo.is_subset_of(top) && self.lookup(top).is_some()
+    }
+
+    fn is_upward_closed(&self, machine: NumaMask) -> bool {
+        machine.is_subset_of(self.universe)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -596,72 +672,5 @@ mod tests {
         assert_eq!(hints[0], h(0b101, true));
         assert_eq!(hints[1], h(0b110, true));
         assert!(hints.iter().all(|x| x.affinity.unwrap().count() >= 2));
-    }
-}
-
-impl DeviceHintSource {
-    /// The narrowest hint's width. Single-node devices: the reusable devices' nodes are
-    /// forced, then nodes with the most available devices. Devices spanning nodes: the
-    /// kubelet's enumeration by width, stopping at the first hint.
-    fn narrowest(&self) -> Option<u32> {
-        let single = self.available.iter().chain(&self.reusable).all(|m| m.count() == 1);
-        if !single {
-            let mut best = None;
-            super::for_each_mask(&self.ids, |m| {
-                if best.is_none() && self.lookup(m).is_some() {
-                    best = Some(m.count());
-                }
-            });
-            return best;
-        }
-        let forced = self.reusable.iter().fold(NumaMask::EMPTY, |a, m| a.or(*m));
-        let count_on = |n: usize| self.available.iter().filter(|m| m.is_set(n)).count();
-        let have = self.reusable.len() + forced.ids().map(count_on).sum::<usize>();
-        let base = forced.count() as usize;
-        let need = (self.request as usize).saturating_sub(have);
-        let mut others: Vec<u64> = self
-            .ids
-            .iter()
-            .filter(|n| !forced.is_set(**n))
-            .map(|n| count_on(*n) as u64)
-            .collect();
-        let extra = if need == 0 {
-            0
-        } else {
-            others.sort_unstable_by(|a, b| b.cmp(a));
-            super::min_width_single(&others, need as u64)?
-        };
-        Some((base + extra).max(1) as u32)
-    }
-}
-
-impl crate::topologymanager::HintSource for DeviceHintSource {
-    fn lookup(&self, mask: NumaMask) -> Option<bool> {
-        DeviceHintSource::lookup(self, mask)
-    }
-
-    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        let ids: Vec<usize> = self.ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
-        super::materialize_with(&ids, |m| self.lookup(m))
-    }
-
-    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
-        self.narrowest()
-    }
-
-    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
-        // Free devices are a subset of all devices, so no hint is narrower than
-        // minAffinitySize: a preferred hint exists iff the narrowest hint has that width.
-        let w = self.narrowest()?;
-        (w as usize == self.min_affinity).then_some((w, w))
-    }
-
-    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        let top = hi.and(self.universe);
-        !lo.is_empty() && lo.is_subset_of(top) && self.lookup(top).is_some()
-    }
-
-    fn is_upward_closed(&self, machine: NumaMask) -> bool {
-        machine.is_subset_of(self.universe)
     }
 }

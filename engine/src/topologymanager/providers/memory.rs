@@ -872,7 +872,12 @@ impl crate::topologymanager::HintSource for MemoryHintSource {
     }
 
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        let ids: Vec<usize> = self.ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
+        let ids: Vec<usize> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|i| machine.is_set(*i))
+            .collect();
         super::materialize_with(&ids, |m| self.lookup(m))
     }
 
