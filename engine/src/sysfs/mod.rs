@@ -1,1 +1,321 @@
 //! Topology discovery from a sysfs root.
+//!
+//! `root` plays the part of `/sys`: tests and the `discover --sysfs-root` command point it at a
+//! copied tree, the agent at `/sys`. Discovery is two steps:
+//!
+//! 1. [`scan`] reads the files into a [`MachineModel`], taking no decision beyond parsing
+//!    (raw node cpulists, raw cache sharing lists, package ids as found);
+//! 2. [`MachineModel::to_topology`] resolves it into a [`CpuTopology`] by the rules written
+//!    down in [`model`] (core = lowest thread sibling, uncore = L3 instance or socket, ...).
+//!
+//! Files read, relative to `root/devices/system`:
+//! `cpu/online` (or, when missing, every `cpuN` whose `online` is absent or 1),
+//! `cpu/cpuN/topology/{physical_package_id, thread_siblings_list | thread_siblings |
+//! core_cpus_list | core_cpus}` (and `die_id`, `core_id` only when no sibling file exists),
+//! `cpu/cpuN/cache/indexM/{level, type, id, shared_cpu_list | shared_cpu_map, size}`, the
+//! names of `cpu/cpuN/nodeK` entries, `node/online`, `node/possible`,
+//! `node/nodeK/{cpulist | cpumap, distance, meminfo, hugepages/hugepages-<size>kB/nr_hugepages}`.
+//!
+//! No directory is walked recursively and no symlink is followed: sysfs links form cycles
+//! (`cpuN/nodeK -> ../../node/nodeK`, `nodeK/cpuN -> ../../cpu/cpuN`) and only their names
+//! carry information. Missing optional files degrade gracefully; a file that exists but cannot
+//! be parsed is a [`SysfsError`] naming the file and its content.
+
+use std::path::{Path, PathBuf};
+
+use crate::cpuset::CpuSet;
+use crate::topology::{CpuTopology, TopologyError};
+
+pub mod model;
+mod read;
+
+pub use model::{CacheModel, CpuModel, MachineModel, NodeModel, LOCAL_DISTANCE};
+
+/// Why discovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsError {
+    /// A file or directory exists but could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file's content could not be parsed.
+    #[error("malformed {}: {content:?}: {reason}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Its (trimmed) content, or the offending part.
+        content: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Files that parse but contradict each other in a way no rule resolves.
+    #[error("inconsistent {}: {reason}", path.display())]
+    Inconsistent {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The tree lists no online CPU (wrong root?).
+    #[error("no online CPU found (is the sysfs root right?)")]
+    NoOnlineCpus,
+    /// The resolved topology is inconsistent.
+    #[error("inconsistent topology: {0}")]
+    Topology(#[from] TopologyError),
+}
+
+impl SysfsError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn malformed(path: &Path, content: &str, reason: String) -> Self {
+        // Keep messages readable when a hostile file is long.
+        let mut shown: String = content.chars().take(200).collect();
+        if shown.len() < content.len() {
+            shown.push('…');
+        }
+        Self::Malformed {
+            path: path.to_path_buf(),
+            content: shown,
+            reason,
+        }
+    }
+}
+
+/// Discovers the CPU topology of the sysfs tree at `root` (which plays `/sys`).
+pub fn discover(root: &Path) -> Result<CpuTopology, SysfsError> {
+    scan(root)?.to_topology()
+}
+
+/// Reads the sysfs tree at `root` into a [`MachineModel`] without resolving it.
+pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
+    let sys = root.join("devices/system");
+    let cpu_dir = sys.join("cpu");
+    let node_dir = sys.join("node");
+
+    let online = online_cpus(&cpu_dir)?;
+    let mut cpus = Vec::with_capacity(online.len());
+    for id in online.iter() {
+        cpus.push(scan_cpu(&cpu_dir.join(format!("cpu{id}")), id)?);
+    }
+
+    let mut nodes = Vec::new();
+    for id in read::numbered_entries(&node_dir, "node")? {
+        let dir = node_dir.join(format!("node{id}"));
+        if !dir.is_dir() {
+            continue;
+        }
+        nodes.push(scan_node(&dir, id)?);
+    }
+    let distance_columns = distance_columns(&node_dir, &nodes)?;
+    Ok(MachineModel {
+        online,
+        cpus,
+        nodes,
+        distance_columns,
+    })
+}
+
+/// `cpu/online`, or every `cpuN` whose `online` file is absent or 1.
+fn online_cpus(cpu_dir: &Path) -> Result<CpuSet, SysfsError> {
+    if let Some(s) = read::list(&cpu_dir.join("online"))? {
+        return Ok(s);
+    }
+    let mut online = CpuSet::new();
+    for id in read::numbered_entries(cpu_dir, "cpu")? {
+        let dir = cpu_dir.join(format!("cpu{id}"));
+        if !dir.is_dir() {
+            continue;
+        }
+        let path = dir.join("online");
+        match read::attr(&path)?.as_deref() {
+            // An empty file (seen on ia64) says nothing either way: like a missing one.
+            None | Some("") | Some("1") => online.insert(id),
+            Some("0") => {}
+            Some(other) => {
+                return Err(SysfsError::malformed(
+                    &path,
+                    other,
+                    "expected 0 or 1".into(),
+                ))
+            }
+        }
+    }
+    Ok(online)
+}
+
+fn scan_cpu(dir: &Path, id: usize) -> Result<CpuModel, SysfsError> {
+    let topo = dir.join("topology");
+    let package_id = match read::int(&topo.join("physical_package_id"))? {
+        Some(p) if p >= 0 => Some(p as u64),
+        _ => None,
+    };
+    let mut siblings = read::list_or_mask(&topo, "thread_siblings_list", "thread_siblings")?;
+    if siblings.is_none() {
+        siblings = read::list_or_mask(&topo, "core_cpus_list", "core_cpus")?;
+    }
+    let die_core = if siblings.is_none() {
+        let core = read::int(&topo.join("core_id"))?;
+        let die = read::int(&topo.join("die_id"))?.unwrap_or(0);
+        core.map(|c| (die, c))
+    } else {
+        None
+    };
+    let node_link = read::numbered_entries(dir, "node")?.into_iter().next();
+    let (l3, llc) = scan_caches(&dir.join("cache"), id)?;
+    Ok(CpuModel {
+        id,
+        package_id,
+        siblings,
+        die_core,
+        node_link,
+        l3,
+        llc,
+    })
+}
+
+/// The CPU's L3 and its last-level cache (both Unified or Data).
+fn scan_caches(
+    cache_dir: &Path,
+    cpu: usize,
+) -> Result<(Option<CacheModel>, Option<CacheModel>), SysfsError> {
+    let mut best: Option<(u8, PathBuf)> = None;
+    let mut l3: Option<CacheModel> = None;
+    for idx in read::numbered_entries(cache_dir, "index")? {
+        let dir = cache_dir.join(format!("index{idx}"));
+        let level_path = dir.join("level");
+        let Some(level) = read::uint(&level_path)? else {
+            continue;
+        };
+        let level = u8::try_from(level).map_err(|_| {
+            SysfsError::malformed(&level_path, &level.to_string(), "cache level > 255".into())
+        })?;
+        // Only Unified and Data caches can be shared last-level caches; a missing `type`
+        // file is taken as Unified (old kernels).
+        let type_path = dir.join("type");
+        match read::attr(&type_path)?.as_deref() {
+            None | Some("Unified") | Some("Data") => {}
+            Some("Instruction") => continue,
+            Some(other) => {
+                return Err(SysfsError::malformed(
+                    &type_path,
+                    other,
+                    "expected Unified, Data or Instruction".into(),
+                ))
+            }
+        }
+        if level == 3 && l3.is_none() {
+            l3 = Some(scan_cache(&dir, level, cpu)?);
+        }
+        if best.as_ref().is_none_or(|(l, _)| level > *l) {
+            best = Some((level, dir));
+        }
+    }
+    let llc = match best {
+        Some((3, _)) => l3.clone(),
+        Some((level, dir)) => Some(scan_cache(&dir, level, cpu)?),
+        None => None,
+    };
+    Ok((l3, llc))
+}
+
+fn scan_cache(dir: &Path, level: u8, cpu: usize) -> Result<CacheModel, SysfsError> {
+    let mut cpus =
+        read::list_or_mask(dir, "shared_cpu_list", "shared_cpu_map")?.unwrap_or_default();
+    // A cache always serves the CPU whose directory lists it.
+    cpus.insert(cpu);
+    Ok(CacheModel {
+        level,
+        id: read::uint(&dir.join("id"))?,
+        cpus,
+        size_bytes: read::size(&dir.join("size"))?,
+    })
+}
+
+fn scan_node(dir: &Path, id: usize) -> Result<NodeModel, SysfsError> {
+    let cpus = match read::list_or_mask(dir, "cpulist", "cpumap")? {
+        Some(s) => s,
+        // No list at all: the node's `cpuN` entries say which CPUs it holds.
+        None => read::numbered_entries(dir, "cpu")?.into_iter().collect(),
+    };
+    let mut hugepages = Vec::new();
+    let hp_dir = dir.join("hugepages");
+    if let Ok(rd) = std::fs::read_dir(&hp_dir) {
+        for entry in rd {
+            let entry = entry.map_err(|e| SysfsError::io(&hp_dir, e))?;
+            let name = entry.file_name();
+            let Some(size) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("hugepages-"))
+                .and_then(|n| n.strip_suffix("kB"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if let Some(n) = read::uint(&entry.path().join("nr_hugepages"))? {
+                hugepages.push((size, n));
+            }
+        }
+    }
+    hugepages.sort_unstable();
+    Ok(NodeModel {
+        id,
+        cpus,
+        distances: read::distances(&dir.join("distance"))?,
+        memory_bytes: read::mem_total(&dir.join("meminfo"))?,
+        hugepages,
+    })
+}
+
+/// Which node each `distance` column stands for. The kernel prints one column per online
+/// node (`node/online`); hand-edited or partial dumps may instead match `node/possible`,
+/// the node directories, or be indexed by node id.
+fn distance_columns(node_dir: &Path, nodes: &[NodeModel]) -> Result<Vec<usize>, SysfsError> {
+    let Some((first, width)) = nodes
+        .iter()
+        .find_map(|n| n.distances.as_ref().map(|d| (n.id, d.len())))
+    else {
+        return Ok(nodes.iter().map(|n| n.id).collect());
+    };
+    let path_of = |id: usize| node_dir.join(format!("node{id}/distance"));
+    for n in nodes {
+        if let Some(d) = &n.distances {
+            if d.len() != width {
+                return Err(SysfsError::Inconsistent {
+                    path: path_of(n.id),
+                    reason: format!("{} columns, but node{first}/distance has {width}", d.len()),
+                });
+            }
+        }
+    }
+    let dirs: Vec<usize> = nodes.iter().map(|n| n.id).collect();
+    let candidates = [
+        read::list(&node_dir.join("online"))?.map(|s| s.to_vec()),
+        read::list(&node_dir.join("possible"))?.map(|s| s.to_vec()),
+    ];
+    for cols in candidates.into_iter().flatten() {
+        if cols.len() == width && dirs.iter().all(|d| cols.contains(d)) {
+            return Ok(cols);
+        }
+    }
+    if dirs.len() == width {
+        return Ok(dirs);
+    }
+    if dirs.last().is_some_and(|&max| max < width) {
+        return Ok((0..width).collect());
+    }
+    Err(SysfsError::Inconsistent {
+        path: path_of(first),
+        reason: format!(
+            "{width} distance columns cannot be matched to the node directories {dirs:?}"
+        ),
+    })
+}

@@ -1,0 +1,248 @@
+//! Static-policy options (`cpuManagerPolicyOptions`) with the kubelet's parsing and
+//! compatibility rules (`policy_options.go`: `NewStaticPolicyOptions`,
+//! `ValidateStaticPolicyOptions`).
+//!
+//! Differences from the kubelet, on purpose: feature gates are not modelled (every option is
+//! available, as with the alpha/beta gates on), and options are checked in name order
+//! (the kubelet walks a Go map, so with several bad options its first error is random).
+
+use std::collections::BTreeMap;
+
+use crate::topology::CpuTopology;
+
+/// `full-pcpus-only`.
+pub const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
+/// `distribute-cpus-across-numa`.
+pub const DISTRIBUTE_CPUS_ACROSS_NUMA: &str = "distribute-cpus-across-numa";
+/// `align-by-socket`.
+pub const ALIGN_BY_SOCKET: &str = "align-by-socket";
+/// `distribute-cpus-across-cores`.
+pub const DISTRIBUTE_CPUS_ACROSS_CORES: &str = "distribute-cpus-across-cores";
+/// `strict-cpu-reservation`.
+pub const STRICT_CPU_RESERVATION: &str = "strict-cpu-reservation";
+/// `prefer-align-cpus-by-uncorecache`.
+pub const PREFER_ALIGN_CPUS_BY_UNCORECACHE: &str = "prefer-align-cpus-by-uncorecache";
+
+/// Every option name the static policy knows.
+pub const OPTION_NAMES: [&str; 6] = [
+    FULL_PCPUS_ONLY,
+    DISTRIBUTE_CPUS_ACROSS_NUMA,
+    ALIGN_BY_SOCKET,
+    DISTRIBUTE_CPUS_ACROSS_CORES,
+    STRICT_CPU_RESERVATION,
+    PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+];
+
+/// The static policy's options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StaticPolicyOptions {
+    /// `full-pcpus-only`: allocate whole physical cores only (SMTAlignmentError otherwise).
+    pub full_pcpus_only: bool,
+    /// `distribute-cpus-across-numa`: spread a request evenly over the fewest NUMA nodes.
+    pub distribute_cpus_across_numa: bool,
+    /// `align-by-socket`: widen NUMA hints to whole sockets.
+    pub align_by_socket: bool,
+    /// `distribute-cpus-across-cores`: one CPU per core before siblings ("spread" sorting).
+    pub distribute_cpus_across_cores: bool,
+    /// `prefer-align-cpus-by-uncorecache`: pack requests into the fewest uncore caches.
+    pub prefer_align_cpus_by_uncorecache: bool,
+    /// `strict-cpu-reservation`: reserved CPUs leave the shared pool too.
+    pub strict_cpu_reservation: bool,
+}
+
+/// Why an option map or combination is rejected; Display is the kubelet's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// An option name the kubelet does not know.
+    #[error("unknown CPU Manager Policy option: {0:?}")]
+    Unknown(String),
+    /// A value that Go's `strconv.ParseBool` rejects.
+    #[error("bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: invalid syntax")]
+    BadValue {
+        /// The option.
+        name: String,
+        /// The rejected value.
+        value: String,
+    },
+    /// Two options that cannot be combined.
+    #[error("static policy options {0} and {1} can not be used at the same time")]
+    Incompatible(&'static str, &'static str),
+    /// align-by-socket with the topology manager's single-numa-node policy.
+    #[error("Topolgy manager single-numa-node policy is incompatible with CPUManager align-by-socket policy option")]
+    AlignBySocketSingleNuma,
+    /// align-by-socket on a machine with more sockets than NUMA nodes.
+    #[error("Align by socket is not compatible with hardware where number of sockets are more than number of NUMA")]
+    AlignBySocketHardware,
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(name: &str, value: &str) -> Result<bool, OptionsError> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(OptionsError::BadValue {
+            name: name.to_string(),
+            value: value.to_string(),
+        }),
+    }
+}
+
+impl StaticPolicyOptions {
+    /// `NewStaticPolicyOptions`: parses the kubelet's string map (values as Go's
+    /// `strconv.ParseBool` reads them) and applies the compatibility rules.
+    pub fn from_map(m: &BTreeMap<String, String>) -> Result<Self, OptionsError> {
+        let mut o = StaticPolicyOptions::default();
+        for (name, value) in m {
+            let slot = match name.as_str() {
+                FULL_PCPUS_ONLY => &mut o.full_pcpus_only,
+                DISTRIBUTE_CPUS_ACROSS_NUMA => &mut o.distribute_cpus_across_numa,
+                ALIGN_BY_SOCKET => &mut o.align_by_socket,
+                DISTRIBUTE_CPUS_ACROSS_CORES => &mut o.distribute_cpus_across_cores,
+                STRICT_CPU_RESERVATION => &mut o.strict_cpu_reservation,
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE => &mut o.prefer_align_cpus_by_uncorecache,
+                _ => return Err(OptionsError::Unknown(name.clone())),
+            };
+            *slot = parse_bool(name, value)?;
+        }
+        o.check_compatible()?;
+        Ok(o)
+    }
+
+    /// The kubelet's pairwise compatibility rules, in the kubelet's order.
+    pub fn check_compatible(&self) -> Result<(), OptionsError> {
+        if self.full_pcpus_only && self.distribute_cpus_across_cores {
+            return Err(OptionsError::Incompatible(
+                FULL_PCPUS_ONLY,
+                DISTRIBUTE_CPUS_ACROSS_CORES,
+            ));
+        }
+        if self.distribute_cpus_across_numa && self.distribute_cpus_across_cores {
+            return Err(OptionsError::Incompatible(
+                DISTRIBUTE_CPUS_ACROSS_NUMA,
+                DISTRIBUTE_CPUS_ACROSS_CORES,
+            ));
+        }
+        if self.prefer_align_cpus_by_uncorecache && self.distribute_cpus_across_cores {
+            return Err(OptionsError::Incompatible(
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_CORES,
+            ));
+        }
+        if self.prefer_align_cpus_by_uncorecache && self.distribute_cpus_across_numa {
+            return Err(OptionsError::Incompatible(
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_NUMA,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ValidateStaticPolicyOptions`: align-by-socket needs a topology-manager policy other
+    /// than single-numa-node and (declared) no more sockets than NUMA nodes.
+    pub fn validate_for(
+        &self,
+        topology: &CpuTopology,
+        tm_single_numa_node: bool,
+    ) -> Result<(), OptionsError> {
+        if self.align_by_socket {
+            if tm_single_numa_node {
+                return Err(OptionsError::AlignBySocketSingleNuma);
+            }
+            let d = topology.declared();
+            if d.num_sockets > d.num_numa_nodes {
+                return Err(OptionsError::AlignBySocketHardware);
+            }
+        }
+        Ok(())
+    }
+
+    /// The options as the kubelet's string map (only the options that are on).
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        let Self {
+            full_pcpus_only,
+            distribute_cpus_across_numa,
+            align_by_socket,
+            distribute_cpus_across_cores,
+            prefer_align_cpus_by_uncorecache,
+            strict_cpu_reservation,
+        } = *self;
+        [
+            (FULL_PCPUS_ONLY, full_pcpus_only),
+            (DISTRIBUTE_CPUS_ACROSS_NUMA, distribute_cpus_across_numa),
+            (ALIGN_BY_SOCKET, align_by_socket),
+            (DISTRIBUTE_CPUS_ACROSS_CORES, distribute_cpus_across_cores),
+            (
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                prefer_align_cpus_by_uncorecache,
+            ),
+            (STRICT_CPU_RESERVATION, strict_cpu_reservation),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| (n.to_string(), "true".to_string()))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_go_bools_and_rejects_bad_input() {
+        let o = StaticPolicyOptions::from_map(&map(&[(FULL_PCPUS_ONLY, "T")])).unwrap();
+        assert!(o.full_pcpus_only);
+        let o = StaticPolicyOptions::from_map(&map(&[(FULL_PCPUS_ONLY, "0")])).unwrap();
+        assert!(!o.full_pcpus_only);
+        assert_eq!(
+            StaticPolicyOptions::from_map(&map(&[(FULL_PCPUS_ONLY, "yes")]))
+                .unwrap_err()
+                .to_string(),
+            "bad value for option \"full-pcpus-only\": strconv.ParseBool: parsing \"yes\": invalid syntax"
+        );
+        assert_eq!(
+            StaticPolicyOptions::from_map(&map(&[("nope", "true")]))
+                .unwrap_err()
+                .to_string(),
+            "unknown CPU Manager Policy option: \"nope\""
+        );
+        assert_eq!(
+            StaticPolicyOptions::from_map(&map(&[
+                (FULL_PCPUS_ONLY, "true"),
+                (DISTRIBUTE_CPUS_ACROSS_CORES, "true")
+            ]))
+            .unwrap_err()
+            .to_string(),
+            "static policy options full-pcpus-only and distribute-cpus-across-cores can not be used at the same time"
+        );
+        for (a, b) in [
+            (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
+            (
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_CORES,
+            ),
+            (
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_NUMA,
+            ),
+        ] {
+            assert!(matches!(
+                StaticPolicyOptions::from_map(&map(&[(a, "true"), (b, "true")])),
+                Err(OptionsError::Incompatible(_, _))
+            ));
+        }
+        let all = StaticPolicyOptions {
+            full_pcpus_only: true,
+            strict_cpu_reservation: true,
+            ..Default::default()
+        };
+        let round: BTreeMap<String, String> = all.to_map();
+        assert_eq!(StaticPolicyOptions::from_map(&round).unwrap(), all);
+    }
+}
