@@ -11,7 +11,7 @@ use nodetopo_engine::cpumanager::{generate_cpu_topology_hints, ReservedCpus, Sta
 use nodetopo_engine::topologymanager::providers::cpu::CpuHintSource;
 use nodetopo_engine::topologymanager::providers::device::{DeviceHints, DeviceManager, DeviceSpec};
 use nodetopo_engine::topologymanager::providers::memory::{
-    MemoryHints, MemoryManager, ReservedMemory,
+    self, MemoryHints, MemoryManager, ReservedMemory,
 };
 use nodetopo_engine::topologymanager::{HintSource, NumaMask, TmPolicy, TmScope, TopologyHint};
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
@@ -431,6 +431,10 @@ proptest! {
         if let MemoryHints::Implicit { source, .. } = mm.container_hints(&q, &q.containers[0]) {
             check_overrides(source.as_ref(), machine);
         }
+        // The structural emptiness test (no enumeration) agrees with the full list.
+        let request = memory::container_request(&q.containers[0]);
+        let src = mm.hint_source("q", &request);
+        prop_assert_eq!(src.is_empty(), src.materialize().is_empty());
         // Devices: some on one node, some on two, some on none.
         let specs: Vec<DeviceSpec> = devs.iter().enumerate().map(|(i, (a, b))| DeviceSpec {
             resource: "x/dev".into(),

@@ -473,7 +473,7 @@ impl MemoryManager {
             // The kubelet builds an empty map, which the merge reads as "don't care".
             return MemoryHints::Explicit(BTreeMap::new());
         }
-        let source = self.source(&pod.uid, request);
+        let source = self.hint_source(&pod.uid, request);
         if source.is_empty() {
             // No mask qualifies: the kubelet's map stays empty, i.e. "don't care".
             return MemoryHints::Explicit(BTreeMap::new());
@@ -484,7 +484,13 @@ impl MemoryManager {
         }
     }
 
-    fn source(&self, pod_uid: &str, request: &BTreeMap<MemoryResource, u64>) -> MemoryHintSource {
+    /// The `calculateHints` list for `request` as `pod_uid` would see it (with its
+    /// reusable init-container memory), whether or not it is empty.
+    pub fn hint_source(
+        &self,
+        pod_uid: &str,
+        request: &BTreeMap<MemoryResource, u64>,
+    ) -> MemoryHintSource {
         let res: Vec<MemoryResource> = request.keys().copied().collect();
         let col = |f: fn(&MemoryTable) -> u64| -> Vec<Vec<u64>> {
             self.ids
@@ -551,7 +557,7 @@ impl MemoryManager {
             affinity: None,
             preferred: false,
         });
-        let source = self.source(&pod.uid, &request);
+        let source = self.hint_source(&pod.uid, &request);
         let mut best = given;
         if given.affinity.is_none() {
             if source.is_empty() {
