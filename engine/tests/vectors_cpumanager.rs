@@ -100,6 +100,7 @@ fn every_cpumanager_vector_passes() {
     let mut total = 0;
     let mut failures = Vec::new();
     for f in &results {
+        assert_eq!(f.error, None, "{} could not be evaluated", f.file);
         let n = f.cases.len();
         total += n;
         println!("{}: {n} cases", f.file);

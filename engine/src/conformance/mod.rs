@@ -33,6 +33,9 @@ pub struct FileResult {
     pub file: String,
     /// One result per case.
     pub cases: Vec<CaseResult>,
+    /// Set when the file could not be evaluated at all (then `cases` is empty); the other
+    /// files still run.
+    pub error: Option<String>,
 }
 
 /// Why a vector file could not be evaluated at all.
@@ -148,15 +151,24 @@ fn load_topology_file(path: &Path, into: &mut Topologies) -> Result<(), Conforma
 /// Evaluates one case file, finding its machines beside it (and in its own `topologies`
 /// object). A topologies file yields no cases.
 pub fn evaluate_file(path: &Path) -> Result<Vec<CaseResult>, ConformanceError> {
-    Ok(evaluate_paths(&[path.to_path_buf()])?
-        .into_iter()
-        .flat_map(|f| f.cases)
-        .collect())
+    let mut cases = Vec::new();
+    for f in evaluate_paths(&[path.to_path_buf()])? {
+        if let Some(reason) = f.error {
+            return Err(ConformanceError::Malformed {
+                file: f.file,
+                reason,
+            });
+        }
+        cases.extend(f.cases);
+    }
+    Ok(cases)
 }
 
 /// Evaluates every case file among `paths` (directories are expanded to their vector
 /// files). Topology files among the paths serve every case file; each case file also sees
-/// the topology files of its own directory and its own `topologies` object.
+/// the topology files of its own directory and its own `topologies` object. A case file
+/// that cannot be evaluated yields a [`FileResult`] with `error` set; unreadable arguments,
+/// unknown file kinds and broken topology files given as arguments are errors.
 pub fn evaluate_paths(paths: &[PathBuf]) -> Result<Vec<FileResult>, ConformanceError> {
     let mut files = Vec::new();
     for p in paths {
@@ -174,34 +186,49 @@ pub fn evaluate_paths(paths: &[PathBuf]) -> Result<Vec<FileResult>, ConformanceE
     }
     let mut out = Vec::new();
     for f in &files {
-        let name = base_name(f);
         let file = f.display().to_string();
-        match file_kind(&name) {
+        let outcome = match file_kind(&base_name(f)) {
             None => return Err(ConformanceError::UnknownKind(file)),
-            Some(FileKind::CpuManagerTopologies) => {}
-            Some(FileKind::CpuManager) => {
-                let json = read_json(f)?;
-                let mut topologies = Topologies::new();
-                let dir = f
-                    .parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."));
-                for t in topology_files_in(dir)? {
-                    load_topology_file(&t, &mut topologies)?;
-                }
-                topologies.extend(given.clone());
-                if json.get("topologies").is_some() {
-                    topologies.extend(cpumanager::load_topologies(&file, &json["topologies"])?);
-                }
-                let cases = cpumanager::evaluate(&file, &json, &topologies)?;
-                out.push(FileResult { file, cases });
-            }
+            Some(FileKind::CpuManagerTopologies) => continue,
+            Some(FileKind::CpuManager) => evaluate_cpumanager_file(f, &given),
             Some(FileKind::TopologyManager) => {
-                let json = read_json(f)?;
-                let cases = topologymanager::evaluate(&file, &json)?;
-                out.push(FileResult { file, cases });
+                read_json(f).and_then(|json| topologymanager::evaluate(&file, &json))
             }
-        }
+        };
+        out.push(match outcome {
+            Ok(cases) => FileResult {
+                file,
+                cases,
+                error: None,
+            },
+            Err(e) => FileResult {
+                file,
+                cases: Vec::new(),
+                error: Some(e.to_string()),
+            },
+        });
     }
     Ok(out)
+}
+
+/// One `cpumanager-*.json` case file with its machines (directory, arguments, own object).
+fn evaluate_cpumanager_file(
+    f: &Path,
+    given: &Topologies,
+) -> Result<Vec<CaseResult>, ConformanceError> {
+    let file = f.display().to_string();
+    let json = read_json(f)?;
+    let mut topologies = Topologies::new();
+    let dir = f
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    for t in topology_files_in(dir)? {
+        load_topology_file(&t, &mut topologies)?;
+    }
+    topologies.extend(given.clone());
+    if let Some(own) = json.get("topologies") {
+        topologies.extend(cpumanager::load_topologies(&file, own)?);
+    }
+    cpumanager::evaluate(&file, &json, &topologies)
 }

@@ -241,12 +241,13 @@ impl<'a> Accumulator<'a> {
 
     /// Takes every whole free group of a level the request still needs entirely.
     fn take_full(&mut self, level: Level, free: Vec<usize>) {
+        let ix = self.ix;
         for g in free {
-            let all = self.ix.members[level as usize][g].clone();
+            let all = &ix.members[level as usize][g];
             if !self.needs_at_least(all.len()) {
                 continue;
             }
-            self.take(&all);
+            self.take(all);
         }
     }
 
@@ -382,6 +383,10 @@ pub(crate) fn take_packed(
     strategy: CpuSortingStrategy,
     prefer_align_uncore: bool,
 ) -> Result<CpuSet, TakeError> {
+    if n == 0 {
+        // The kubelet builds an accumulator that is satisfied at once: the empty set.
+        return Ok(CpuSet::new());
+    }
     let mut acc = Accumulator::new(ix, ix.flags(available), n, strategy);
     if acc.is_satisfied() {
         return Ok(acc.result());

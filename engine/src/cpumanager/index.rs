@@ -38,6 +38,8 @@ pub(crate) struct TopoIndex {
     pub ids: [Vec<usize>; 4],
     /// Per level: member positions of every group (ascending).
     pub members: [Vec<Vec<usize>>; 4],
+    /// NUMA nodes and sockets: the CPU set of every group.
+    pub sets: [Vec<CpuSet>; 2],
     /// The declared counts.
     pub declared: DeclaredCounts,
     /// The kubelet's `NumSockets >= NumNUMANodes` (declared counts): NUMA nodes first.
@@ -76,7 +78,13 @@ impl TopoIndex {
             ids[l] = v;
         }
         let declared = *t.declared();
+        let set = |m: &Vec<usize>| -> CpuSet { m.iter().map(|p| cpus[*p].id).collect() };
+        let sets = [
+            members[0].iter().map(set).collect(),
+            members[1].iter().map(set).collect(),
+        ];
         Self {
+            sets,
             cpus,
             pos_of,
             group_of,

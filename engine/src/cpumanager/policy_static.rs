@@ -346,15 +346,31 @@ impl StaticPolicy {
 
     /// `getAlignedCPUs`.
     fn aligned_cpus(&self, mask: NumaMask, allocatable: &CpuSet) -> CpuSet {
-        let in_mask = self
-            .topology
-            .cpus_where(|c| c.numa < 64 && mask.is_set(c.numa));
+        let ix = &self.ix;
+        let numas: Vec<usize> = (0..ix.count(Level::Numa))
+            .filter(|g| {
+                let id = ix.ids[Level::Numa as usize][*g];
+                id < 64 && mask.is_set(id)
+            })
+            .collect();
+        let mut aligned = CpuSet::new();
         if self.options.align_by_socket {
-            let sockets = self.topology.ids_of(&in_mask, |c| c.socket);
-            let socket_cpus = self.topology.cpus_where(|c| sockets.contains(&c.socket));
-            return allocatable.intersection(&socket_cpus);
+            let mut sockets: Vec<usize> = numas
+                .iter()
+                .flat_map(|n| ix.members[Level::Numa as usize][*n].iter())
+                .map(|p| ix.group_of[Level::Socket as usize][*p])
+                .collect();
+            sockets.sort_unstable();
+            sockets.dedup();
+            for s in sockets {
+                aligned = aligned.union(&ix.sets[Level::Socket as usize][s]);
+            }
+        } else {
+            for n in numas {
+                aligned = aligned.union(&ix.sets[Level::Numa as usize][n]);
+            }
         }
-        allocatable.intersection(&in_mask)
+        allocatable.intersection(&aligned)
     }
 
     /// `RemoveContainer`: the container's CPUs go back to the default set, except CPUs a

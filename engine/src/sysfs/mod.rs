@@ -21,7 +21,9 @@
 //! carry information. Missing optional files degrade gracefully; a file that exists but cannot
 //! be parsed is a [`SysfsError`] naming the file and its content.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::cpuset::CpuSet;
 use crate::topology::{CpuTopology, TopologyError};
@@ -102,9 +104,51 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
     let node_dir = sys.join("node");
 
     let online = online_cpus(&cpu_dir)?;
+    // Sharing lists are trusted: the thread siblings of a CPU already read share its core
+    // and package, and the CPUs an L3 (or last-level cache) lists share that instance. Their
+    // files are not read again, which cuts discovery to one read per core and per cache.
+    let mut cores: HashMap<usize, Rc<CoreFacts>> = HashMap::new();
+    let mut caches: HashMap<usize, Rc<CacheFacts>> = HashMap::new();
     let mut cpus = Vec::with_capacity(online.len());
     for id in online.iter() {
-        cpus.push(scan_cpu(&cpu_dir.join(format!("cpu{id}")), id)?);
+        let dir = cpu_dir.join(format!("cpu{id}"));
+        let core = match cores.get(&id) {
+            Some(c) => Rc::clone(c),
+            None => {
+                let c = Rc::new(scan_core(&dir.join("topology"))?);
+                if let Some(s) = &c.siblings {
+                    for x in s.iter().chain([id]) {
+                        cores.insert(x, Rc::clone(&c));
+                    }
+                }
+                c
+            }
+        };
+        let cache = match caches.get(&id) {
+            Some(c) => Rc::clone(c),
+            None => {
+                let (l3, llc) = scan_caches(&dir.join("cache"), id)?;
+                let c = Rc::new(CacheFacts { l3, llc });
+                let cover = match (&c.l3, &c.llc) {
+                    (Some(a), Some(b)) => a.cpus.intersection(&b.cpus),
+                    (Some(a), None) | (None, Some(a)) => a.cpus.clone(),
+                    (None, None) => CpuSet::new(),
+                };
+                for x in cover.iter() {
+                    caches.insert(x, Rc::clone(&c));
+                }
+                c
+            }
+        };
+        cpus.push(CpuModel {
+            id,
+            package_id: core.package_id,
+            siblings: core.siblings.clone(),
+            die_core: core.die_core,
+            node_link: None,
+            l3: cache.l3.clone(),
+            llc: cache.llc.clone(),
+        });
     }
 
     let mut nodes = Vec::new();
@@ -115,6 +159,17 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
         }
         nodes.push(scan_node(&dir, id)?);
     }
+    // `cpuN/nodeK` links only matter where the node cpulists do not place a CPU in exactly
+    // one node (see `model`), so only those CPUs' directories are listed.
+    if !nodes.is_empty() {
+        for c in &mut cpus {
+            let claims = nodes.iter().filter(|n| n.cpus.contains(c.id)).count();
+            if claims != 1 {
+                let dir = cpu_dir.join(format!("cpu{}", c.id));
+                c.node_link = read::numbered_entries(&dir, "node")?.into_iter().next();
+            }
+        }
+    }
     let distance_columns = distance_columns(&node_dir, &nodes)?;
     Ok(MachineModel {
         online,
@@ -122,6 +177,19 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
         nodes,
         distance_columns,
     })
+}
+
+/// What a CPU's `topology` directory says, shared by its thread siblings.
+struct CoreFacts {
+    package_id: Option<u64>,
+    siblings: Option<CpuSet>,
+    die_core: Option<(i64, i64)>,
+}
+
+/// A CPU's L3 and last-level cache, shared by the CPUs they list.
+struct CacheFacts {
+    l3: Option<CacheModel>,
+    llc: Option<CacheModel>,
 }
 
 /// `cpu/online`, or every `cpuN` whose `online` file is absent or 1.
@@ -152,15 +220,14 @@ fn online_cpus(cpu_dir: &Path) -> Result<CpuSet, SysfsError> {
     Ok(online)
 }
 
-fn scan_cpu(dir: &Path, id: usize) -> Result<CpuModel, SysfsError> {
-    let topo = dir.join("topology");
+fn scan_core(topo: &Path) -> Result<CoreFacts, SysfsError> {
     let package_id = match read::int(&topo.join("physical_package_id"))? {
         Some(p) if p >= 0 => Some(p as u64),
         _ => None,
     };
-    let mut siblings = read::list_or_mask(&topo, "thread_siblings_list", "thread_siblings")?;
+    let mut siblings = read::list_or_mask(topo, "thread_siblings_list", "thread_siblings")?;
     if siblings.is_none() {
-        siblings = read::list_or_mask(&topo, "core_cpus_list", "core_cpus")?;
+        siblings = read::list_or_mask(topo, "core_cpus_list", "core_cpus")?;
     }
     let die_core = if siblings.is_none() {
         let core = read::int(&topo.join("core_id"))?;
@@ -169,16 +236,10 @@ fn scan_cpu(dir: &Path, id: usize) -> Result<CpuModel, SysfsError> {
     } else {
         None
     };
-    let node_link = read::numbered_entries(dir, "node")?.into_iter().next();
-    let (l3, llc) = scan_caches(&dir.join("cache"), id)?;
-    Ok(CpuModel {
-        id,
+    Ok(CoreFacts {
         package_id,
         siblings,
         die_core,
-        node_link,
-        l3,
-        llc,
     })
 }
 
@@ -187,9 +248,17 @@ fn scan_caches(
     cache_dir: &Path,
     cpu: usize,
 ) -> Result<(Option<CacheModel>, Option<CacheModel>), SysfsError> {
-    let mut best: Option<(u8, PathBuf)> = None;
-    let mut l3: Option<CacheModel> = None;
-    for idx in read::numbered_entries(cache_dir, "index")? {
+    let mut levels: Vec<(u8, PathBuf)> = Vec::new();
+    // The kernel lists cache leaves by ascending level, so walking the indices downwards
+    // finds the highest levels first; once an L3 is seen, the lower indices (L1, L2) cannot
+    // change the answer and are not read.
+    for idx in read::numbered_entries(cache_dir, "index")?
+        .into_iter()
+        .rev()
+    {
+        if levels.iter().any(|(l, _)| *l == 3) {
+            break;
+        }
         let dir = cache_dir.join(format!("index{idx}"));
         let level_path = dir.join("level");
         let Some(level) = read::uint(&level_path)? else {
@@ -198,30 +267,43 @@ fn scan_caches(
         let level = u8::try_from(level).map_err(|_| {
             SysfsError::malformed(&level_path, &level.to_string(), "cache level > 255".into())
         })?;
-        // Only Unified and Data caches can be shared last-level caches; a missing `type`
-        // file is taken as Unified (old kernels).
-        let type_path = dir.join("type");
-        match read::attr(&type_path)?.as_deref() {
-            None | Some("Unified") | Some("Data") => {}
-            Some("Instruction") => continue,
-            Some(other) => {
-                return Err(SysfsError::malformed(
-                    &type_path,
-                    other,
-                    "expected Unified, Data or Instruction".into(),
-                ))
+        levels.push((level, dir));
+    }
+    // Only the L3 and the highest level can matter, so only their `type` is read. Only
+    // Unified and Data caches can be shared last-level caches; a missing `type` file is
+    // taken as Unified (old kernels).
+    let mut usable: Vec<(u8, &PathBuf)> = Vec::new();
+    let mut candidates: Vec<u8> = levels.iter().map(|(l, _)| *l).collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    while let Some(top) = candidates.pop() {
+        for (level, dir) in levels.iter().filter(|(l, _)| *l == top) {
+            let type_path = dir.join("type");
+            match read::attr(&type_path)?.as_deref() {
+                None | Some("Unified") | Some("Data") => usable.push((*level, dir)),
+                Some("Instruction") => {}
+                Some(other) => {
+                    return Err(SysfsError::malformed(
+                        &type_path,
+                        other,
+                        "expected Unified, Data or Instruction".into(),
+                    ))
+                }
             }
         }
-        if level == 3 && l3.is_none() {
-            l3 = Some(scan_cache(&dir, level, cpu)?);
-        }
-        if best.as_ref().is_none_or(|(l, _)| level > *l) {
-            best = Some((level, dir));
+        // Stop at the first level with a usable cache, once the L3 has been looked at.
+        if usable.iter().any(|(l, _)| *l == top) && top <= 3 {
+            break;
         }
     }
-    let llc = match best {
+    let l3 = match usable.iter().find(|(l, _)| *l == 3) {
+        Some((_, dir)) => Some(scan_cache(dir, 3, cpu)?),
+        None => None,
+    };
+    let top = usable.iter().map(|(l, _)| *l).max();
+    let llc = match usable.iter().find(|(l, _)| Some(*l) == top) {
         Some((3, _)) => l3.clone(),
-        Some((level, dir)) => Some(scan_cache(&dir, level, cpu)?),
+        Some((level, dir)) => Some(scan_cache(dir, *level, cpu)?),
         None => None,
     };
     Ok((l3, llc))
@@ -248,7 +330,12 @@ fn scan_node(dir: &Path, id: usize) -> Result<NodeModel, SysfsError> {
     };
     let mut hugepages = Vec::new();
     let hp_dir = dir.join("hugepages");
-    if let Ok(rd) = std::fs::read_dir(&hp_dir) {
+    let entries = match std::fs::read_dir(&hp_dir) {
+        Ok(rd) => Some(rd),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(SysfsError::io(&hp_dir, e)),
+    };
+    if let Some(rd) = entries {
         for entry in rd {
             let entry = entry.map_err(|e| SysfsError::io(&hp_dir, e))?;
             let name = entry.file_name();
@@ -319,3 +406,6 @@ fn distance_columns(node_dir: &Path, nodes: &[NodeModel]) -> Result<Vec<usize>, 
         ),
     })
 }
+
+#[cfg(test)]
+mod tests;

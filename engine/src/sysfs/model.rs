@@ -101,7 +101,6 @@ impl MachineModel {
         if self.cpus.is_empty() {
             return Err(SysfsError::NoOnlineCpus);
         }
-        let online = &self.online;
         let numa = self.assign_nodes();
         let node_ids: BTreeSet<usize> = self
             .nodes
@@ -150,7 +149,6 @@ impl MachineModel {
                 }
             })
             .collect();
-        debug_assert!(cpus.iter().all(|c| online.contains(c.id)));
         CpuTopology::with_derived_counts(cpus, nodes, caches).map_err(SysfsError::Topology)
     }
 

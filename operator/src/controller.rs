@@ -1,0 +1,314 @@
+//! The kube layer: watches, the two reconcilers, error backoff.
+//!
+//! - Node controller: one reconcile per Node. Triggers: the Node itself (labels), its owned
+//!   NodeTopology, and any policy change (mapped to every node). Applies the node's desired
+//!   NodeTopology spec when it differs (no-ops are skipped).
+//! - Policy controller: one reconcile per NodeResourcePolicy. Triggers: the policy, and any
+//!   Node or NodeTopology change (mapped to every policy, since a node can move between
+//!   policies). Applies the policy status when it differs and publishes events on flips.
+//!
+//! Both read shared reflector stores, and run the pure functions of [`crate::decide`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
+use tracing::{info, instrument, warn};
+
+use crate::apply;
+use crate::decide::{self, compile, desire_node, needs_apply};
+use crate::error::Error;
+use crate::metrics::{ErrorLabels, Metrics, PolicyLabels};
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// NodeTopology API.
+    pub ntopo_api: Api<NodeTopology>,
+    /// NodeResourcePolicy API.
+    pub policy_api: Api<NodeResourcePolicy>,
+    /// All policies.
+    pub policies: Store<NodeResourcePolicy>,
+    /// All nodes.
+    pub nodes: Store<Node>,
+    /// All NodeTopologies.
+    pub ntopos: Store<NodeTopology>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// The clock (an input, so tests fix it).
+    pub now: fn() -> Time,
+    /// Consecutive failures per object key, for backoff; reset on success.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+/// The real clock.
+pub fn system_now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Context {
+    fn succeeded(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+
+    /// Backoff for the n-th consecutive failure: 1s, 2s, 4s ... capped at 5 minutes.
+    fn failed(&self, key: &str) -> Duration {
+        let n = match self.failures.lock() {
+            Ok(mut f) => {
+                let n = f.entry(key.to_string()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        backoff(n)
+    }
+}
+
+/// Backoff after `n` consecutive failures (n >= 1).
+pub fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(9)).min(Duration::from_secs(300))
+}
+
+/// Reconciles one node: apply its NodeTopology spec unless it is already as desired.
+#[instrument(skip_all, fields(node = %node.name_any()))]
+pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.start("node");
+    let policies = ctx.policies.state();
+    let compiled = compile(&policies);
+    let desired = desire_node(&compiled, &node);
+    if desired.node_uid.is_empty() {
+        return Err(Error::Missing {
+            object: format!("node/{}", desired.node),
+            field: "metadata.uid",
+        });
+    }
+    let existing = ctx.ntopos.get(&ObjectRef::new(&desired.node));
+    if needs_apply(existing.as_deref(), &desired) {
+        apply::apply_node_topology(&ctx.ntopo_api, &desired).await?;
+        ctx.metrics
+            .writes
+            .get_or_create(&crate::metrics::ControllerLabels { controller: "node" })
+            .inc();
+        info!(
+            policy = desired
+                .spec
+                .policy_ref
+                .as_ref()
+                .map_or("none", |p| p.name.as_str()),
+            "applied NodeTopology spec"
+        );
+    }
+    ctx.succeeded(&format!("node/{}", desired.node));
+    Ok(Action::await_change())
+}
+
+/// Reconciles one policy: roll its status up and apply it unless unchanged.
+#[instrument(skip_all, fields(policy = %policy.name_any()))]
+pub async fn reconcile_policy(
+    policy: Arc<NodeResourcePolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let _timer = ctx.metrics.start("policy");
+    let name = policy.name_any();
+    // The triggering object is at least as fresh as the store's copy.
+    let mut policies = ctx.policies.state();
+    policies.retain(|p| p.name_any() != name);
+    policies.push(policy.clone());
+    let nodes = ctx.nodes.state();
+    let ntopos = ctx.ntopos.state();
+    let now = (ctx.now)();
+    let decision = decide::decide(&policies, &nodes, &ntopos, &now);
+    let Some(status) = decision.statuses.get(&name) else {
+        return Ok(Action::await_change());
+    };
+    for (state, n) in [
+        ("matched", status.matched_nodes),
+        ("governed", status.governed_nodes),
+        ("applied", status.applied_nodes),
+        ("invalid", status.invalid_nodes),
+        ("overridden", status.overridden_nodes),
+    ] {
+        ctx.metrics
+            .nodes_per_policy
+            .get_or_create(&PolicyLabels {
+                policy: name.clone(),
+                state,
+            })
+            .set(i64::from(n));
+    }
+    if decide::status_changed(policy.status.as_ref(), status) {
+        apply::apply_policy_status(&ctx.policy_api, &name, status).await?;
+        ctx.metrics
+            .writes
+            .get_or_create(&crate::metrics::ControllerLabels {
+                controller: "policy",
+            })
+            .inc();
+        info!(
+            matched = status.matched_nodes,
+            applied = status.applied_nodes,
+            invalid = status.invalid_nodes,
+            "applied policy status"
+        );
+        for ev in decide::events_for(policy.status.as_ref(), status) {
+            let event = Event {
+                type_: if ev.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: ev.reason,
+                note: Some(ev.note),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            // An event that cannot be recorded is not worth a retry of the whole reconcile.
+            if let Err(e) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+                warn!(error = %e, "publishing event failed");
+            }
+        }
+    }
+    ctx.succeeded(&format!("policy/{name}"));
+    Ok(Action::await_change())
+}
+
+fn error_policy<K: Resource>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+    move |obj, err, ctx| {
+        let key = format!(
+            "{controller}/{}",
+            obj.meta().name.as_deref().unwrap_or_default()
+        );
+        ctx.metrics
+            .errors
+            .get_or_create(&ErrorLabels {
+                controller,
+                category: err.category(),
+            })
+            .inc();
+        let delay = ctx.failed(&key);
+        warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// Runs both controllers until the futures made by `shutdown` resolve (each controller
+/// drains its in-flight reconciles first); sets `ready` once every store synced.
+pub async fn run<S, F>(
+    client: Client,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    ready: Arc<AtomicBool>,
+    shutdown: S,
+) where
+    S: Fn() -> F,
+    F: Future<Output = ()> + Send + Sync + 'static,
+{
+    let policy_api: Api<NodeResourcePolicy> = Api::all(client.clone());
+    let node_api: Api<Node> = Api::all(client.clone());
+    let ntopo_api: Api<NodeTopology> = Api::all(client.clone());
+    let wc = watcher::Config::default();
+
+    let (policies, policy_writer) = reflector::store();
+    let policy_feed = reflector::reflector(policy_writer, watcher(policy_api.clone(), wc.clone()))
+        .default_backoff()
+        .touched_objects()
+        .for_each(|_| futures::future::ready(()));
+    let (ntopos, ntopo_writer) = reflector::store();
+    let ntopo_feed = reflector::reflector(ntopo_writer, watcher(ntopo_api.clone(), wc.clone()))
+        .default_backoff()
+        .touched_objects()
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(policy_feed);
+    tokio::spawn(ntopo_feed);
+
+    let config = ControllerConfig::default().debounce(Duration::from_millis(500));
+    let node_ctrl = Controller::new(node_api.clone(), wc.clone()).with_config(config.clone());
+    let nodes = node_ctrl.store();
+
+    let ctx = Arc::new(Context {
+        ntopo_api: ntopo_api.clone(),
+        policy_api: policy_api.clone(),
+        policies: policies.clone(),
+        nodes: nodes.clone(),
+        ntopos: ntopos.clone(),
+        metrics,
+        recorder,
+        now: system_now,
+        failures: Mutex::new(HashMap::new()),
+    });
+
+    {
+        let (p, n, t) = (policies.clone(), nodes.clone(), ntopos.clone());
+        tokio::spawn(async move {
+            let synced = p.wait_until_ready().await.is_ok()
+                && n.wait_until_ready().await.is_ok()
+                && t.wait_until_ready().await.is_ok();
+            if synced {
+                info!("watches synced");
+                ready.store(true, Ordering::SeqCst);
+            }
+        });
+    }
+
+    let all_nodes = {
+        let nodes = nodes.clone();
+        move |_: NodeResourcePolicy| {
+            nodes
+                .state()
+                .iter()
+                .map(|n| ObjectRef::from_obj(n.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let node_run = node_ctrl
+        .owns(ntopo_api.clone(), wc.clone())
+        .watches(policy_api.clone(), wc.clone(), all_nodes)
+        .graceful_shutdown_on(shutdown())
+        .run(reconcile_node, error_policy::<Node>("node"), ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let policy_ctrl = Controller::new(policy_api, wc.clone())
+        .with_config(ControllerConfig::default().debounce(Duration::from_secs(1)));
+    let all_policies = |store: Store<NodeResourcePolicy>| {
+        move || {
+            store
+                .state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let (on_node, on_ntopo) = (all_policies(policies.clone()), all_policies(policies));
+    let policy_run = policy_ctrl
+        .watches(node_api, wc.clone(), move |_: Node| on_node())
+        .watches(ntopo_api, wc, move |_: NodeTopology| on_ntopo())
+        .graceful_shutdown_on(shutdown())
+        .run(
+            reconcile_policy,
+            error_policy::<NodeResourcePolicy>("policy"),
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()));
+
+    futures::join!(node_run, policy_run);
+}
+
+#[cfg(test)]
+mod tests;
