@@ -91,8 +91,8 @@ pub(crate) fn materialize_with(
     out
 }
 
-/// The ids set in `mask` that are also in `universe`; `None` when `mask` is empty or names
-/// a node outside `universe` (such a mask is never in the provider's list).
+/// True when `mask` is non-empty and names only nodes of `universe`; any other mask is
+/// never in a provider's list.
 pub(crate) fn within(mask: NumaMask, universe: NumaMask) -> bool {
     !mask.is_empty() && mask.is_subset_of(universe)
 }
