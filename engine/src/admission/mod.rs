@@ -256,11 +256,14 @@ impl NodeAdmitter {
     /// Admits `pod`. Admitting a pod that is already admitted re-runs admission on its
     /// current allocations (its containers keep what they have).
     pub fn admit(&mut self, pod: &Pod) -> PodAdmission {
-        let saved = (
-            self.state.clone(),
-            self.memory.clone(),
-            self.devices.clone(),
+        // Admission only touches the default set, this pod's entries and small per-node
+        // tables, so saving those (not every pod's records) is enough for an exact undo.
+        let saved_cpus = (
+            self.state.default_cpuset.clone(),
+            self.state.assignments.get(&pod.uid).cloned(),
         );
+        let saved_memory = self.memory.as_ref().map(|m| m.snapshot(&pod.uid));
+        let saved_devices = self.devices.snapshot(&pod.uid);
         let mut hints = BTreeMap::new();
         let result = match (self.tm.policy, self.tm.scope) {
             (TmPolicy::None, _) => self.admit_without_hints(pod),
@@ -277,7 +280,20 @@ impl NodeAdmitter {
                 }
             }
             Err(r) => {
-                (self.state, self.memory, self.devices) = saved;
+                let (default_cpuset, assigned) = saved_cpus;
+                self.state.default_cpuset = default_cpuset;
+                match assigned {
+                    Some(a) => {
+                        self.state.assignments.insert(pod.uid.clone(), a);
+                    }
+                    None => {
+                        self.state.assignments.remove(&pod.uid);
+                    }
+                }
+                if let (Some(m), Some(snap)) = (&mut self.memory, saved_memory) {
+                    m.rollback(&pod.uid, snap);
+                }
+                self.devices.rollback(&pod.uid, saved_devices);
                 if let Some(p) = &self.cpu {
                     p.clear_reuse();
                 }

@@ -91,6 +91,13 @@ pub struct DeviceManager {
     reusable: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
+/// The part of a [`DeviceManager`] one pod's admission can change.
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    pod: Option<BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
+    reusable: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
 /// The answer of the device manager for one resource.
 #[derive(Debug, Clone)]
 pub enum DeviceHints {
@@ -458,6 +465,28 @@ impl DeviceManager {
         let mut out = free.to_vec();
         out.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
         out
+    }
+
+    /// What admitting `pod_uid` can change: that pod's devices and the reuse bookkeeping.
+    /// Restoring it with [`DeviceManager::rollback`] undoes a rejected admission exactly.
+    pub fn snapshot(&self, pod_uid: &str) -> DeviceSnapshot {
+        DeviceSnapshot {
+            pod: self.allocated.get(pod_uid).cloned(),
+            reusable: self.reusable.clone(),
+        }
+    }
+
+    /// Restores what [`DeviceManager::snapshot`] saved for `pod_uid`.
+    pub fn rollback(&mut self, pod_uid: &str, snap: DeviceSnapshot) {
+        match snap.pod {
+            Some(p) => {
+                self.allocated.insert(pod_uid.to_string(), p);
+            }
+            None => {
+                self.allocated.remove(pod_uid);
+            }
+        }
+        self.reusable = snap.reusable;
     }
 
     /// Releases a container's devices.
