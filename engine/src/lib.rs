@@ -5,6 +5,7 @@
 //! topology manager's hint merge. No Kubernetes objects, no clock, no I/O besides reading a
 //! sysfs tree.
 
+pub mod admission;
 pub mod conformance;
 pub mod cpumanager;
 pub mod cpuset;

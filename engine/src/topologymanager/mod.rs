@@ -39,6 +39,7 @@ pub mod mask;
 pub mod numa;
 pub mod options;
 pub mod policy;
+pub mod providers;
 pub mod reference;
 
 pub use error::TmError;

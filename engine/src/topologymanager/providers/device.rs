@@ -1,0 +1,705 @@
+//! The device manager as a hint provider, with its allocation bookkeeping (kubelet
+//! `pkg/kubelet/cm/devicemanager/topology_hints.go` and `manager.go`'s
+//! `devicesToAllocate`/`filterByAffinity`).
+//!
+//! A device belongs to an extended resource (`example.com/gpu`) and may name the NUMA nodes
+//! it is attached to. A resource whose devices name no NUMA node has no topology preference
+//! (nil hints). Otherwise, per mask over the machine's NUMA nodes: every reusable device
+//! (from the pod's init containers) that has a topology must touch the mask, and reusable
+//! plus available devices touching the mask must reach the request; preferred iff the
+//! mask's width equals the narrowest width under which *all* the resource's devices could
+//! reach the request.
+//!
+//! Allocation takes reusable devices first, then devices on the merged hint's nodes (from
+//! nodes with fewer free devices first, as the kubelet sorts them), then devices elsewhere,
+//! then devices without NUMA affinity. The kubelet picks within those groups in Go map
+//! order; here ties break by device id, so results are deterministic.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::pod::{Container, Pod};
+use crate::topologymanager::{NumaMask, TopologyHint};
+
+use super::{for_each_mask, within};
+
+/// One device of an extended resource.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSpec {
+    /// The extended resource it provides (`example.com/gpu`).
+    pub resource: String,
+    /// The device id, unique within the resource.
+    pub id: String,
+    /// NUMA nodes the device is attached to; empty = no NUMA affinity.
+    #[serde(default)]
+    pub numa_nodes: Vec<usize>,
+}
+
+/// Why devices could not be set up or allocated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// Two devices of a resource share an id.
+    #[error("device {id:?} of resource {resource:?} is listed twice")]
+    Duplicate {
+        /// Resource.
+        resource: String,
+        /// Device id.
+        id: String,
+    },
+    /// A device names a NUMA node the machine does not have.
+    #[error("device {id:?} of resource {resource:?} names NUMA node {node}, which this machine does not have")]
+    UnknownNode {
+        /// Resource.
+        resource: String,
+        /// Device id.
+        id: String,
+        /// The node.
+        node: usize,
+    },
+    /// Not enough free devices (kubelet `devicesToAllocate`).
+    #[error("requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}")]
+    Unavailable {
+        /// Resource.
+        resource: String,
+        /// Requested count.
+        requested: u64,
+        /// Free count.
+        available: usize,
+    },
+}
+
+impl DeviceError {
+    /// The admission reason: the kubelet files device allocation failures as
+    /// `UnexpectedAdmissionError`.
+    pub fn reason(&self) -> &'static str {
+        "UnexpectedAdmissionError"
+    }
+}
+
+/// Devices, their allocations to containers, and the devices the admitting pod's init
+/// containers left reusable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceManager {
+    /// resource -> device id -> NUMA mask (empty = no affinity).
+    devices: BTreeMap<String, BTreeMap<String, NumaMask>>,
+    /// The machine's NUMA node ids.
+    ids: Vec<usize>,
+    /// pod uid -> container -> resource -> device ids.
+    allocated: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
+    /// pod uid -> resource -> reusable device ids (only the pod being admitted).
+    reusable: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
+/// The part of a [`DeviceManager`] one pod's admission can change.
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    pod: Option<BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
+    reusable: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+}
+
+/// The answer of the device manager for one resource.
+#[derive(Debug, Clone)]
+pub enum DeviceHints {
+    /// No topology preference (nil list).
+    DontCare,
+    /// An explicit list (regenerated, or empty when the request cannot be met).
+    Explicit(Vec<TopologyHint>),
+    /// The implicit `generateDeviceTopologyHints` list.
+    Implicit(Arc<DeviceHintSource>),
+}
+
+/// `generateDeviceTopologyHints`, answered per mask.
+#[derive(Debug, Clone)]
+pub struct DeviceHintSource {
+    ids: Vec<usize>,
+    universe: NumaMask,
+    /// Masks of the available devices that have a topology.
+    available: Vec<NumaMask>,
+    /// Masks of the reusable devices that have a topology.
+    reusable: Vec<NumaMask>,
+    request: u64,
+    min_affinity: usize,
+}
+
+impl DeviceHintSource {
+    /// `Some(preferred)` when `mask` is in the kubelet's list, else `None`.
+    pub fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        if !within(mask, self.universe) {
+            return None;
+        }
+        if self.reusable.iter().any(|d| d.and(mask).is_empty()) {
+            return None;
+        }
+        let matching = self.reusable.len()
+            + self
+                .available
+                .iter()
+                .filter(|d| !d.and(mask).is_empty())
+                .count();
+        if (matching as u64) < self.request {
+            return None;
+        }
+        Some(mask.count() as usize == self.min_affinity)
+    }
+
+    /// The kubelet's explicit list.
+    pub fn materialize(&self) -> Vec<TopologyHint> {
+        super::materialize_with(&self.ids, |m| self.lookup(m))
+    }
+}
+
+impl DeviceManager {
+    /// Registers `devices` on a machine with NUMA nodes `numa_ids`.
+    pub fn new(devices: &[DeviceSpec], numa_ids: &[usize]) -> Result<Self, DeviceError> {
+        let mut map: BTreeMap<String, BTreeMap<String, NumaMask>> = BTreeMap::new();
+        for d in devices {
+            let mut bits = 0u64;
+            for n in &d.numa_nodes {
+                if !numa_ids.contains(n) || *n > 63 {
+                    return Err(DeviceError::UnknownNode {
+                        resource: d.resource.clone(),
+                        id: d.id.clone(),
+                        node: *n,
+                    });
+                }
+                bits |= 1 << n;
+            }
+            let per = map.entry(d.resource.clone()).or_default();
+            if per
+                .insert(d.id.clone(), NumaMask::from_bits(bits))
+                .is_some()
+            {
+                return Err(DeviceError::Duplicate {
+                    resource: d.resource.clone(),
+                    id: d.id.clone(),
+                });
+            }
+        }
+        let mut ids: Vec<usize> = numa_ids.iter().copied().filter(|i| *i < 64).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(Self {
+            devices: map,
+            ids,
+            allocated: BTreeMap::new(),
+            reusable: BTreeMap::new(),
+        })
+    }
+
+    /// True when `resource` is provided by registered devices.
+    pub fn knows(&self, resource: &str) -> bool {
+        self.devices.contains_key(resource)
+    }
+
+    /// The devices of one container, per resource.
+    pub fn allocated(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Option<&BTreeMap<String, BTreeSet<String>>> {
+        self.allocated.get(pod_uid).and_then(|c| c.get(container))
+    }
+
+    /// Free devices per resource (not allocated to any container).
+    pub fn free(&self, resource: &str) -> BTreeSet<String> {
+        let Some(all) = self.devices.get(resource) else {
+            return BTreeSet::new();
+        };
+        let used: BTreeSet<&String> = self
+            .allocated
+            .values()
+            .flat_map(|c| c.values())
+            .filter_map(|r| r.get(resource))
+            .flatten()
+            .collect();
+        all.keys().filter(|d| !used.contains(d)).cloned().collect()
+    }
+
+    /// The device requests of a container: its extended resources that devices provide.
+    pub fn container_request(&self, c: &Container) -> BTreeMap<String, u64> {
+        c.requests
+            .extended
+            .iter()
+            .chain(c.limits.extended.iter())
+            .filter(|(r, n)| self.knows(r) && **n > 0)
+            .map(|(r, n)| (r.clone(), *n))
+            .collect()
+    }
+
+    /// The pod's device requests (kubelet `getPodDeviceRequest`): per resource the larger
+    /// of the long-running containers' sum and the peak of a regular init container.
+    pub fn pod_request(&self, pod: &Pod) -> BTreeMap<String, u64> {
+        let mut init_peak: BTreeMap<String, u64> = BTreeMap::new();
+        let mut sidecars: BTreeMap<String, u64> = BTreeMap::new();
+        for c in &pod.init_containers {
+            for (r, n) in self.container_request(c) {
+                let side = sidecars.entry(r.clone()).or_insert(0);
+                if c.restartable {
+                    *side += n;
+                } else {
+                    let peak = init_peak.entry(r).or_insert(0);
+                    *peak = (*peak).max(*side + n);
+                }
+            }
+        }
+        let mut out = sidecars;
+        for c in &pod.containers {
+            for (r, n) in self.container_request(c) {
+                *out.entry(r).or_insert(0) += n;
+            }
+        }
+        for (r, n) in init_peak {
+            let e = out.entry(r).or_insert(0);
+            *e = (*e).max(n);
+        }
+        out
+    }
+
+    /// Hints for one container: `None` = nil map (no device requested).
+    pub fn container_hints(
+        &self,
+        pod: &Pod,
+        c: &Container,
+    ) -> Option<BTreeMap<String, DeviceHints>> {
+        let request = self.container_request(c);
+        let allocated = self.allocated(&pod.uid, &c.name);
+        self.hints(&pod.uid, &request, |r| {
+            allocated
+                .and_then(|a| a.get(r))
+                .cloned()
+                .unwrap_or_default()
+        })
+    }
+
+    /// Hints for the whole pod (kubelet `GetPodTopologyHints`).
+    pub fn pod_hints(&self, pod: &Pod) -> Option<BTreeMap<String, DeviceHints>> {
+        let request = self.pod_request(pod);
+        let per_pod = self.allocated.get(&pod.uid);
+        self.hints(&pod.uid, &request, |r| {
+            per_pod
+                .map(|cs| {
+                    cs.values()
+                        .filter_map(|m| m.get(r))
+                        .flatten()
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    fn hints(
+        &self,
+        pod_uid: &str,
+        request: &BTreeMap<String, u64>,
+        allocated: impl Fn(&str) -> BTreeSet<String>,
+    ) -> Option<BTreeMap<String, DeviceHints>> {
+        let mut out = BTreeMap::new();
+        for (r, n) in request {
+            let all = &self.devices[r];
+            if all.values().all(|m| m.is_empty()) {
+                out.insert(r.clone(), DeviceHints::DontCare);
+                continue;
+            }
+            let have = allocated(r);
+            if !have.is_empty() {
+                if have.len() as u64 != *n {
+                    out.insert(r.clone(), DeviceHints::Explicit(Vec::new()));
+                } else {
+                    let src = self.source(r, &have, &BTreeSet::new(), *n);
+                    out.insert(r.clone(), DeviceHints::Explicit(src.materialize()));
+                }
+                continue;
+            }
+            let available = self.free(r);
+            let reusable = self
+                .reusable
+                .get(pod_uid)
+                .and_then(|m| m.get(r))
+                .cloned()
+                .unwrap_or_default();
+            if ((available.len() + reusable.len()) as u64) < *n {
+                out.insert(r.clone(), DeviceHints::Explicit(Vec::new()));
+                continue;
+            }
+            let src = self.source(r, &available, &reusable, *n);
+            out.insert(r.clone(), DeviceHints::Implicit(Arc::new(src)));
+        }
+        if out.is_empty() {
+            None
+        } else {
+            Some(out)
+        }
+    }
+
+    fn source(
+        &self,
+        resource: &str,
+        available: &BTreeSet<String>,
+        reusable: &BTreeSet<String>,
+        request: u64,
+    ) -> DeviceHintSource {
+        let all = &self.devices[resource];
+        let masks = |set: &BTreeSet<String>| -> Vec<NumaMask> {
+            set.iter()
+                .filter_map(|d| all.get(d).copied())
+                .filter(|m| !m.is_empty())
+                .collect()
+        };
+        let every: Vec<NumaMask> = all.values().copied().filter(|m| !m.is_empty()).collect();
+        DeviceHintSource {
+            universe: NumaMask::new(self.ids.iter().copied()).unwrap_or_default(),
+            ids: self.ids.clone(),
+            available: masks(available),
+            reusable: masks(reusable),
+            request,
+            min_affinity: min_device_width(&self.ids, &every, request).unwrap_or(self.ids.len()),
+        }
+    }
+
+    /// Picks devices for a container under the merged hint; `hint` None = no affinity.
+    pub fn allocate(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        hint: Option<&TopologyHint>,
+    ) -> Result<(), DeviceError> {
+        let request = self.container_request(c);
+        if request.is_empty() {
+            return Ok(());
+        }
+        if self.allocated(&pod.uid, &c.name).is_some() {
+            return Ok(());
+        }
+        self.reusable.retain(|uid, _| uid == &pod.uid);
+        let mut given: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (r, n) in &request {
+            let needed = *n as usize;
+            let mut picked: BTreeSet<String> = BTreeSet::new();
+            let reuse = self
+                .reusable
+                .get(&pod.uid)
+                .and_then(|m| m.get(r))
+                .cloned()
+                .unwrap_or_default();
+            picked.extend(reuse.into_iter().take(needed));
+            let free: Vec<String> = self
+                .free(r)
+                .into_iter()
+                .filter(|d| !picked.contains(d))
+                .collect();
+            if picked.len() + free.len() < needed {
+                return Err(DeviceError::Unavailable {
+                    resource: r.clone(),
+                    requested: *n,
+                    available: picked.len() + free.len(),
+                });
+            }
+            for d in self.order_by_affinity(r, &free, hint.and_then(|h| h.affinity)) {
+                if picked.len() >= needed {
+                    break;
+                }
+                picked.insert(d);
+            }
+            given.insert(r.clone(), picked);
+        }
+        let regular_init = pod
+            .init_containers
+            .iter()
+            .any(|x| x.name == c.name && !x.restartable);
+        let reuse = self.reusable.entry(pod.uid.clone()).or_default();
+        for (r, ds) in &given {
+            let e = reuse.entry(r.clone()).or_default();
+            if regular_init {
+                e.extend(ds.iter().cloned());
+            } else {
+                e.retain(|d| !ds.contains(d));
+            }
+        }
+        self.allocated
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(c.name.clone(), given);
+        Ok(())
+    }
+
+    /// `filterByAffinity`: devices on the hint's nodes, then on other nodes, then without
+    /// affinity; nodes with fewer free devices come first within each group (a device on
+    /// several nodes goes with the first of them in that order); ties by node id, then
+    /// device id.
+    fn order_by_affinity(
+        &self,
+        resource: &str,
+        free: &[String],
+        hint: Option<NumaMask>,
+    ) -> Vec<String> {
+        let all = &self.devices[resource];
+        let Some(hint) = hint.filter(|_| all.values().any(|m| !m.is_empty())) else {
+            return free.to_vec();
+        };
+        let mut per_node: BTreeMap<usize, usize> = BTreeMap::new();
+        for d in free {
+            for n in all[d].ids() {
+                *per_node.entry(n).or_default() += 1;
+            }
+        }
+        let mut nodes: Vec<usize> = per_node.keys().copied().collect();
+        nodes.sort_by_key(|n| (!hint.is_set(*n), per_node[n], *n));
+        let rank = |d: &String| -> (usize, usize) {
+            let m = all[d];
+            if m.is_empty() {
+                return (2, usize::MAX);
+            }
+            let pos = nodes
+                .iter()
+                .position(|n| m.is_set(*n))
+                .unwrap_or(usize::MAX);
+            let group = if nodes.get(pos).is_some_and(|n| hint.is_set(*n)) {
+                0
+            } else {
+                1
+            };
+            (group, pos)
+        };
+        let mut out = free.to_vec();
+        out.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+        out
+    }
+
+    /// What admitting `pod_uid` can change: that pod's devices and the reuse bookkeeping.
+    /// Restoring it with [`DeviceManager::rollback`] undoes a rejected admission exactly.
+    pub fn snapshot(&self, pod_uid: &str) -> DeviceSnapshot {
+        DeviceSnapshot {
+            pod: self.allocated.get(pod_uid).cloned(),
+            reusable: self.reusable.clone(),
+        }
+    }
+
+    /// Restores what [`DeviceManager::snapshot`] saved for `pod_uid`.
+    pub fn rollback(&mut self, pod_uid: &str, snap: DeviceSnapshot) {
+        match snap.pod {
+            Some(p) => {
+                self.allocated.insert(pod_uid.to_string(), p);
+            }
+            None => {
+                self.allocated.remove(pod_uid);
+            }
+        }
+        self.reusable = snap.reusable;
+    }
+
+    /// Releases a container's devices.
+    pub fn remove_container(&mut self, pod_uid: &str, container: &str) {
+        if let Some(cs) = self.allocated.get_mut(pod_uid) {
+            cs.remove(container);
+            if cs.is_empty() {
+                self.allocated.remove(pod_uid);
+            }
+        }
+    }
+
+    /// Releases every container of a pod.
+    pub fn remove_pod(&mut self, pod_uid: &str) {
+        self.allocated.remove(pod_uid);
+        self.reusable.remove(pod_uid);
+    }
+}
+
+/// The narrowest width of a mask touched by at least `request` of `devices`. Devices on one
+/// node each (the usual case): the nodes with the most devices first. Devices spanning
+/// nodes: the kubelet's enumeration, by increasing width, stopping at the first hit.
+fn min_device_width(ids: &[usize], devices: &[NumaMask], request: u64) -> Option<usize> {
+    if (devices.len() as u64) < request {
+        return None;
+    }
+    if devices.iter().all(|m| m.count() == 1) {
+        let counts: Vec<u64> = ids
+            .iter()
+            .map(|id| devices.iter().filter(|m| m.is_set(*id)).count() as u64)
+            .collect();
+        return super::min_width_single(&counts, request).map(|w| w.max(1));
+    }
+    let mut best = None;
+    for_each_mask(ids, |m| {
+        if best.is_none()
+            && devices.iter().filter(|d| !d.and(m).is_empty()).count() as u64 >= request
+        {
+            best = Some(m.count() as usize);
+        }
+    });
+    best
+}
+
+impl DeviceHintSource {
+    /// The narrowest hint's width. Single-node devices: the reusable devices' nodes are
+    /// forced, then nodes with the most available devices. Devices spanning nodes: the
+    /// kubelet's enumeration by width, stopping at the first hint.
+    fn narrowest(&self) -> Option<u32> {
+        let single = self
+            .available
+            .iter()
+            .chain(&self.reusable)
+            .all(|m| m.count() == 1);
+        if !single {
+            let mut best = None;
+            super::for_each_mask(&self.ids, |m| {
+                if best.is_none() && self.lookup(m).is_some() {
+                    best = Some(m.count());
+                }
+            });
+            return best;
+        }
+        let forced = self.reusable.iter().fold(NumaMask::EMPTY, |a, m| a.or(*m));
+        let count_on = |n: usize| self.available.iter().filter(|m| m.is_set(n)).count();
+        let have = self.reusable.len() + forced.ids().map(count_on).sum::<usize>();
+        let base = forced.count() as usize;
+        let need = (self.request as usize).saturating_sub(have);
+        let mut others: Vec<u64> = self
+            .ids
+            .iter()
+            .filter(|n| !forced.is_set(**n))
+            .map(|n| count_on(*n) as u64)
+            .collect();
+        let extra = if need == 0 {
+            0
+        } else {
+            others.sort_unstable_by(|a, b| b.cmp(a));
+            super::min_width_single(&others, need as u64)?
+        };
+        Some((base + extra).max(1) as u32)
+    }
+}
+
+impl crate::topologymanager::HintSource for DeviceHintSource {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        DeviceHintSource::lookup(self, mask)
+    }
+
+    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
+        let ids: Vec<usize> = self
+            .ids
+            .iter()
+            .copied()
+            .filter(|i| machine.is_set(*i))
+            .collect();
+        super::materialize_with(&ids, |m| self.lookup(m))
+    }
+
+    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
+        self.narrowest()
+    }
+
+    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
+        // Free devices are a subset of all devices, so no hint is narrower than
+        // minAffinitySize: a preferred hint exists iff the narrowest hint has that width.
+        let w = self.narrowest()?;
+        (w as usize == self.min_affinity).then_some((w, w))
+    }
+
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        let top = hi.and(self.universe);
+        !lo.is_empty() && lo.is_subset_of(top) && self.lookup(top).is_some()
+    }
+
+    fn is_upward_closed(&self, machine: NumaMask) -> bool {
+        machine.is_subset_of(self.universe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::ResourceList;
+
+    fn dev(r: &str, id: &str, nodes: &[usize]) -> DeviceSpec {
+        DeviceSpec {
+            resource: r.into(),
+            id: id.into(),
+            numa_nodes: nodes.to_vec(),
+        }
+    }
+
+    fn pod(uid: &str, gpus: u64) -> Pod {
+        let mut rl = ResourceList::default();
+        rl.extended.insert("x/gpu".into(), gpus);
+        Pod {
+            namespace: "default".into(),
+            name: uid.into(),
+            uid: uid.into(),
+            containers: vec![Container {
+                name: "main".into(),
+                requests: rl.clone(),
+                limits: rl,
+                restartable: false,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn hints_of(m: &DeviceManager, p: &Pod) -> Vec<TopologyHint> {
+        match m
+            .container_hints(p, &p.containers[0])
+            .and_then(|mut h| h.remove("x/gpu"))
+        {
+            Some(DeviceHints::Implicit(s)) => s.materialize(),
+            Some(DeviceHints::Explicit(v)) => v,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn h(bits: u64, preferred: bool) -> TopologyHint {
+        TopologyHint {
+            affinity: Some(NumaMask::from_bits(bits)),
+            preferred,
+        }
+    }
+
+    #[test]
+    fn kubelet_hint_rules_and_allocation() {
+        let devs = [
+            dev("x/gpu", "a", &[0]),
+            dev("x/gpu", "b", &[0]),
+            dev("x/gpu", "c", &[1]),
+            dev("x/gpu", "d", &[1]),
+        ];
+        let mut m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        let p1 = pod("p1", 1);
+        assert_eq!(hints_of(&m, &p1), vec![h(1, true), h(2, true), h(3, false)]);
+        let p3 = pod("p3", 3);
+        assert_eq!(hints_of(&m, &p3), vec![h(3, true)]);
+        // Two on node 1 by hint; then a 3-device request no longer fits anywhere.
+        let p2 = pod("p2", 2);
+        m.allocate(&p2, &p2.containers[0], Some(&h(2, true)))
+            .unwrap();
+        assert_eq!(
+            m.allocated("p2", "main").unwrap()["x/gpu"],
+            ["c".to_string(), "d".to_string()].into_iter().collect()
+        );
+        assert_eq!(hints_of(&m, &p3), vec![]);
+        assert_eq!(hints_of(&m, &p1), vec![h(1, true), h(3, false)]);
+        m.remove_pod("p2");
+        assert_eq!(m.free("x/gpu").len(), 4);
+        // No affinity anywhere: don't care.
+        let m2 = DeviceManager::new(&[dev("x/gpu", "a", &[])], &[0, 1]).unwrap();
+        assert!(matches!(
+            m2.container_hints(&p1, &p1.containers[0]).unwrap()["x/gpu"],
+            DeviceHints::DontCare
+        ));
+        // Unknown resource: nil map.
+        let m3 = DeviceManager::new(&[], &[0]).unwrap();
+        assert!(m3.container_hints(&p1, &p1.containers[0]).is_none());
+        assert!(DeviceManager::new(&[dev("x/gpu", "a", &[7])], &[0]).is_err());
+    }
+
+    #[test]
+    fn spanning_devices_and_min_width() {
+        let devs = [dev("x/gpu", "a", &[0, 1]), dev("x/gpu", "b", &[2])];
+        let m = DeviceManager::new(&devs, &[0, 1, 2]).unwrap();
+        let hints = hints_of(&m, &pod("p", 2));
+        // {0,2} and {1,2} both touch two devices: width 2 is the narrowest.
+        assert_eq!(hints[0], h(0b101, true));
+        assert_eq!(hints[1], h(0b110, true));
+        assert!(hints.iter().all(|x| x.affinity.unwrap().count() >= 2));
+    }
+}

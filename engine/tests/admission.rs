@@ -1,0 +1,477 @@
+//! Node admission end to end: the KEP-4800 worked example, scopes, policies, rollback of
+//! rejected pods, init-container reuse, memory and device alignment; and the hint
+//! providers against the kubelet's explicit lists and the HintSource defaults.
+
+use std::collections::BTreeMap;
+
+use nodetopo_engine::admission::{
+    CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, PodAdmission,
+};
+use nodetopo_engine::cpumanager::{generate_cpu_topology_hints, ReservedCpus, StaticPolicyOptions};
+use nodetopo_engine::topologymanager::providers::cpu::CpuHintSource;
+use nodetopo_engine::topologymanager::providers::device::{DeviceHints, DeviceManager, DeviceSpec};
+use nodetopo_engine::topologymanager::providers::memory::{
+    self, MemoryHints, MemoryManager, ReservedMemory,
+};
+use nodetopo_engine::topologymanager::{HintSource, NumaMask, TmPolicy, TmScope, TopologyHint};
+use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
+use proptest::prelude::*;
+
+const GI: u64 = 1 << 30;
+
+/// A machine: `numa` nodes of `cores` cores with `threads` threads each (siblings numbered
+/// next to each other), `uncores_per_node` L3s per node, one socket per `numa_per_socket`.
+fn machine(numa: usize, cores: usize, threads: usize, uncores_per_node: usize) -> CpuTopology {
+    let mut cpus = Vec::new();
+    let per_node = cores * threads;
+    for n in 0..numa {
+        for k in 0..cores {
+            for th in 0..threads {
+                let id = n * per_node + k * threads + th;
+                cpus.push(CpuInfo {
+                    id,
+                    core: n * per_node + k * threads,
+                    socket: n / 2,
+                    numa: n,
+                    uncore: n * uncores_per_node + k * uncores_per_node / cores,
+                });
+            }
+        }
+    }
+    let nodes = (0..numa)
+        .map(|n| NumaNode {
+            id: n,
+            cpus: CpuSet::from_ids(n * per_node..(n + 1) * per_node),
+            distances: Some((0..numa).map(|m| if m == n { 10 } else { 20 }).collect()),
+            memory_bytes: Some(16 * GI),
+            hugepages: vec![],
+        })
+        .collect();
+    CpuTopology::with_derived_counts(cpus, nodes, vec![]).unwrap()
+}
+
+fn container(name: &str, cpus: u64, extended: &[(&str, u64)]) -> Container {
+    let mut rl = ResourceList {
+        cpu_millis: Some(cpus * 1000),
+        memory_bytes: Some(GI / 4),
+        ..Default::default()
+    };
+    for (r, n) in extended {
+        rl.extended.insert((*r).to_string(), *n);
+    }
+    Container {
+        name: name.into(),
+        requests: rl.clone(),
+        limits: rl,
+        restartable: false,
+    }
+}
+
+fn pod(name: &str, init: Vec<Container>, app: Vec<Container>) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        creation_timestamp: None,
+        init_containers: init,
+        containers: app,
+    }
+}
+
+fn config(
+    reserved: &str,
+    options: StaticPolicyOptions,
+    policy: TmPolicy,
+    scope: TmScope,
+) -> NodeConfig {
+    NodeConfig {
+        cpu: CpuManagerConfig::Static {
+            reserved: ReservedCpus::Explicit(CpuSet::parse(reserved).unwrap()),
+            options,
+        },
+        tm_policy: policy,
+        tm_scope: scope,
+        ..Default::default()
+    }
+}
+
+fn cpus(a: &PodAdmission) -> Vec<String> {
+    a.allocations.iter().map(|r| r.cpus.clone()).collect()
+}
+
+#[test]
+fn kep_4800_worked_example() {
+    let t = machine(1, 8, 2, 2);
+    let run = |uncore: bool| -> Vec<(String, Vec<u64>)> {
+        let options = StaticPolicyOptions {
+            prefer_align_cpus_by_uncorecache: uncore,
+            ..Default::default()
+        };
+        let mut a = NodeAdmitter::new(
+            t.clone(),
+            &config("0-1", options, TmPolicy::None, TmScope::Container),
+        )
+        .unwrap();
+        (1..=3)
+            .map(|i| {
+                let r = a.admit(&pod(
+                    &format!("c{i}"),
+                    vec![],
+                    vec![container("main", 4, &[])],
+                ));
+                assert!(r.admitted(), "{r:?}");
+                (
+                    r.allocations[0].cpus.clone(),
+                    r.allocations[0].uncore_caches.clone(),
+                )
+            })
+            .collect()
+    };
+    let without = run(false);
+    assert_eq!(without[1], ("6-9".to_string(), vec![0, 1]));
+    let with = run(true);
+    assert_eq!(with[1].1.len(), 1, "{with:?}");
+    assert_eq!(with[1], ("8-11".to_string(), vec![1]));
+}
+
+#[test]
+fn rejected_pod_keeps_nothing_and_remove_releases() {
+    let t = machine(2, 4, 2, 1);
+    let options = StaticPolicyOptions {
+        full_pcpus_only: true,
+        ..Default::default()
+    };
+    let mut a = NodeAdmitter::new(
+        t,
+        &config("0-1", options, TmPolicy::BestEffort, TmScope::Container),
+    )
+    .unwrap();
+    let before = a.cpu_state().clone();
+    // The first container fits, the second asks for an odd count: SMTAlignmentError, and
+    // the first container's CPUs go back.
+    let bad = pod(
+        "bad",
+        vec![],
+        vec![container("a", 2, &[]), container("b", 3, &[])],
+    );
+    let r = a.admit(&bad);
+    assert!(r.allocations.is_empty());
+    assert_eq!(r.rejections[0].reason, "SMTAlignmentError");
+    assert_eq!(r.rejections[0].container, "b");
+    assert_eq!(a.cpu_state(), &before);
+    let good = pod(
+        "good",
+        vec![],
+        vec![container("a", 2, &[]), container("b", 4, &[])],
+    );
+    let r = a.admit(&good);
+    assert!(r.admitted());
+    assert_eq!(a.pools().exclusive.len(), 6);
+    assert_eq!(a.pools().reserved.to_string(), "0-1");
+    a.remove_pod(&good.uid);
+    assert_eq!(a.cpu_state(), &before);
+    assert_eq!(a.pools().free.len(), 14);
+}
+
+#[test]
+fn single_numa_node_rejects_and_restricted_admits_aligned() {
+    let t = machine(2, 4, 1, 1);
+    let mut a = NodeAdmitter::new(
+        t.clone(),
+        &config(
+            "",
+            StaticPolicyOptions::default(),
+            TmPolicy::SingleNumaNode,
+            TmScope::Container,
+        ),
+    )
+    .unwrap();
+    let r = a.admit(&pod("wide", vec![], vec![container("main", 6, &[])]));
+    assert_eq!(r.rejections[0].reason, "TopologyAffinityError");
+    assert!(a.pools().exclusive.is_empty());
+    let r = a.admit(&pod("fits", vec![], vec![container("main", 3, &[])]));
+    assert_eq!(cpus(&r), vec!["0-2"]);
+    let hint = r.allocations[0].hint.clone().unwrap();
+    assert_eq!(hint.numa_nodes, Some(vec![0]));
+    assert!(hint.preferred && r.allocations[0].aligned.numa_node);
+    // The next 3-CPU container no longer fits node 0: it goes to node 1.
+    let r = a.admit(&pod("next", vec![], vec![container("main", 3, &[])]));
+    assert_eq!(cpus(&r), vec!["4-6"]);
+}
+
+#[test]
+fn pod_scope_keeps_containers_together() {
+    let t = machine(2, 4, 1, 1);
+    let mut a = NodeAdmitter::new(
+        t,
+        &config(
+            "",
+            StaticPolicyOptions::default(),
+            TmPolicy::Restricted,
+            TmScope::Pod,
+        ),
+    )
+    .unwrap();
+    let first = a.admit(&pod("one", vec![], vec![container("main", 1, &[])]));
+    assert_eq!(cpus(&first), vec!["0"]);
+    // 2 + 2 CPUs: node 0 has only 3 left, so the pod-level merge picks node 1 for both.
+    let r = a.admit(&pod(
+        "two",
+        vec![],
+        vec![container("a", 2, &[]), container("b", 2, &[])],
+    ));
+    assert_eq!(cpus(&r), vec!["4-5", "6-7"]);
+    assert!(r.allocations.iter().all(|x| x.numa_nodes == vec![1]));
+}
+
+#[test]
+fn init_container_cpus_are_reused() {
+    let t = machine(1, 8, 1, 1);
+    let mut a = NodeAdmitter::new(
+        t,
+        &config(
+            "0",
+            StaticPolicyOptions::default(),
+            TmPolicy::BestEffort,
+            TmScope::Container,
+        ),
+    )
+    .unwrap();
+    let r = a.admit(&pod(
+        "p",
+        vec![container("init", 4, &[])],
+        vec![container("app", 4, &[])],
+    ));
+    assert!(r.admitted());
+    assert_eq!(cpus(&r), vec!["1-4", "1-4"]);
+    assert_eq!(a.pools().free.to_string(), "5-7");
+}
+
+#[test]
+fn devices_and_memory_steer_the_hint() {
+    let t = machine(2, 4, 1, 1);
+    let mut cfg = config(
+        "",
+        StaticPolicyOptions::default(),
+        TmPolicy::Restricted,
+        TmScope::Container,
+    );
+    cfg.devices = vec![DeviceSpec {
+        resource: "example.com/nic".into(),
+        id: "nic0".into(),
+        numa_nodes: vec![1],
+    }];
+    cfg.memory = MemoryManagerConfig::Static {
+        reserved: ReservedMemory::new(),
+    };
+    let mut a = NodeAdmitter::new(t, &cfg).unwrap();
+    let r = a.admit(&pod(
+        "net",
+        vec![],
+        vec![container("main", 2, &[("example.com/nic", 1)])],
+    ));
+    assert_eq!(cpus(&r), vec!["4-5"]);
+    // The only NIC is taken: the next NIC pod cannot get a hint that satisfies it.
+    let r = a.admit(&pod(
+        "net2",
+        vec![],
+        vec![container("main", 2, &[("example.com/nic", 1)])],
+    ));
+    assert_eq!(r.rejections[0].reason, "TopologyAffinityError");
+    // A container asking for more memory than a node has needs both nodes, but node 1
+    // already serves a single-node block, so the Memory Manager cannot group it: the
+    // kubelet's "failed to find NUMA nodes to extend" rejection.
+    let mut big = container("main", 2, &[]);
+    big.requests.memory_bytes = Some(20 * GI);
+    big.limits.memory_bytes = Some(20 * GI);
+    let big = pod("big", vec![], vec![big]);
+    let r = a.admit(&big);
+    assert_eq!(r.rejections[0].reason, "UnexpectedAdmissionError");
+    assert!(r.rejections[0].message.contains("extend"), "{r:?}");
+    // On an empty node memory prefers {0,1} but the CPU manager prefers one node for two
+    // CPUs: the merged {0,1} is not preferred, which restricted rejects...
+    a.remove_pod("uid-net");
+    let r = a.admit(&big);
+    assert_eq!(r.rejections[0].reason, "TopologyAffinityError");
+    // ...and best-effort admits, with memory spanning both nodes.
+    cfg.tm_policy = TmPolicy::BestEffort;
+    let mut b = NodeAdmitter::new(machine(2, 4, 1, 1), &cfg).unwrap();
+    let r = b.admit(&big);
+    assert!(r.admitted(), "{r:?}");
+    let hint = r.allocations[0].hint.clone().unwrap();
+    assert_eq!((hint.numa_nodes, hint.preferred), (Some(vec![0, 1]), false));
+}
+
+#[test]
+fn every_policy_and_scope_admits_something_on_a_busy_machine() {
+    let t = machine(4, 4, 2, 2);
+    for policy in TmPolicy::ALL {
+        for scope in [TmScope::Container, TmScope::Pod] {
+            let mut a = NodeAdmitter::new(
+                t.clone(),
+                &config("0-1", StaticPolicyOptions::default(), policy, scope),
+            )
+            .unwrap();
+            let mut admitted = 0;
+            for i in 0..12 {
+                let r = a.admit(&pod(
+                    &format!("p{i}"),
+                    vec![],
+                    vec![container("main", 1 + i % 4, &[])],
+                ));
+                admitted += usize::from(r.admitted());
+                assert_eq!(r.admitted(), r.rejections.is_empty());
+            }
+            assert!(admitted >= 8, "{policy:?}/{scope:?}: {admitted}");
+            let p = a.pools();
+            assert!(p.exclusive.is_disjoint(&p.shared) && p.reserved.is_disjoint(&p.exclusive));
+        }
+    }
+}
+
+/// A source that only answers `lookup`, so every other method takes the trait's default
+/// (derived from enumeration): what the providers' overrides must equal.
+#[derive(Debug)]
+struct Plain<'a>(&'a dyn HintSource);
+
+impl HintSource for Plain<'_> {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        self.0.lookup(mask)
+    }
+}
+
+fn check_overrides(s: &dyn HintSource, machine: NumaMask) {
+    let p = Plain(s);
+    assert_eq!(s.materialize(machine), p.materialize(machine));
+    assert_eq!(s.min_width(machine), p.min_width(machine));
+    let (a, b) = (s.preferred_widths(machine), p.preferred_widths(machine));
+    match (a, b) {
+        (None, None) => {}
+        (Some((lo, hi)), Some((plo, phi))) => assert!(lo <= plo && phi <= hi, "{a:?} vs {b:?}"),
+        // A loose range is allowed only when it is empty of preferred hints anyway.
+        (Some(_), None) | (None, Some(_)) => panic!("preferred widths {a:?} vs {b:?}"),
+    }
+    if s.is_upward_closed(machine) {
+        assert!(p.is_upward_closed(machine));
+    }
+    let bits = machine.bits();
+    for lo in 1..=bits {
+        if lo & !bits != 0 {
+            continue;
+        }
+        for hi in [bits, lo, lo | (bits & !(lo << 1))] {
+            let (lo, hi) = (NumaMask::from_bits(lo), NumaMask::from_bits(hi & bits));
+            assert_eq!(
+                s.any_hint_between(lo, hi),
+                p.any_hint_between(lo, hi),
+                "between {lo:?} and {hi:?}"
+            );
+        }
+    }
+}
+
+fn arb_machine() -> impl Strategy<Value = (CpuTopology, Vec<u64>)> {
+    (1usize..=5, 1usize..=4, 1usize..=2).prop_flat_map(|(numa, cores, threads)| {
+        (
+            Just(machine(numa, cores, threads, 1)),
+            prop::collection::vec(0u64..=2 * cores as u64 * threads as u64, numa),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("NODETOPO_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    ))]
+
+    #[test]
+    fn cpu_provider_equals_kubelet_list(
+        (t, _) in arb_machine(),
+        avail_bits in any::<u64>(),
+        reuse_bits in any::<u64>(),
+        request in 1usize..=12,
+        by_socket in any::<bool>(),
+    ) {
+        let all = t.all_cpus().to_vec();
+        let available: CpuSet = all.iter().copied().filter(|c| avail_bits >> (c % 64) & 1 == 1).collect();
+        let reusable: CpuSet = all.iter().copied()
+            .filter(|c| !available.contains(*c) && reuse_bits >> (c % 64) & 1 == 1 && c % 5 == 0)
+            .collect();
+        let src = CpuHintSource::new(&t, &available, &reusable, request, by_socket);
+        let kubelet = generate_cpu_topology_hints(&t, &available, &reusable, request, by_socket);
+        prop_assert_eq!(src.materialize(), kubelet);
+        let machine = NumaMask::new(t.numa_nodes().iter().map(|n| n.id)).unwrap();
+        check_overrides(&src, machine);
+    }
+
+    #[test]
+    fn memory_and_device_sources_agree_with_defaults(
+        (t, mem) in arb_machine(),
+        placed in prop::collection::vec((0u64..=15, 1u64..=12), 0..4),
+        request in 1u64..=24,
+        devs in prop::collection::vec((0usize..5, 0usize..5), 0..8),
+        want in 1u64..=4,
+    ) {
+        let machine = NumaMask::new(t.numa_nodes().iter().map(|n| n.id)).unwrap();
+        let n = t.numa_nodes().len();
+        // Memory: place some blocks (single and multi-node), then ask.
+        let mut mm = MemoryManager::new(&t, &ReservedMemory::new()).unwrap();
+        for (i, (bits, gib)) in placed.iter().enumerate() {
+            let mask = NumaMask::from_bits(bits & machine.bits());
+            let mut p = pod(&format!("m{i}"), vec![], vec![container("main", 1, &[])]);
+            p.containers[0].requests.memory_bytes = Some(gib * GI / 2);
+            p.containers[0].limits.memory_bytes = Some(gib * GI / 2);
+            let hint = (!mask.is_empty()).then_some(TopologyHint { affinity: Some(mask), preferred: false });
+            let _ = mm.allocate(&p, &p.containers[0], hint.as_ref());
+        }
+        let _ = mem;
+        let mut q = pod("q", vec![], vec![container("main", 1, &[])]);
+        q.containers[0].requests.memory_bytes = Some(request * GI);
+        q.containers[0].limits.memory_bytes = Some(request * GI);
+        if let MemoryHints::Implicit { source, .. } = mm.container_hints(&q, &q.containers[0]) {
+            check_overrides(source.as_ref(), machine);
+        }
+        // The structural emptiness test (no enumeration) agrees with the full list.
+        let request = memory::container_request(&q.containers[0]);
+        let src = mm.hint_source("q", &request);
+        prop_assert_eq!(src.is_empty(), src.materialize().is_empty());
+        // Devices: some on one node, some on two, some on none.
+        let specs: Vec<DeviceSpec> = devs.iter().enumerate().map(|(i, (a, b))| DeviceSpec {
+            resource: "x/dev".into(),
+            id: format!("d{i}"),
+            numa_nodes: match (a % (n + 1), b % (n + 1)) {
+                (x, _) if x == n => vec![],
+                (x, y) if y == n || x == y => vec![x],
+                (x, y) => vec![x, y],
+            },
+        }).collect();
+        let ids: Vec<usize> = (0..n).collect();
+        let dm = DeviceManager::new(&specs, &ids).unwrap();
+        let d = pod("d", vec![], vec![container("main", 1, &[("x/dev", want)])]);
+        if let Some(h) = dm.container_hints(&d, &d.containers[0]) {
+            if let Some(DeviceHints::Implicit(s)) = h.get("x/dev") {
+                check_overrides(s.as_ref(), machine);
+            }
+        }
+    }
+}
+
+#[test]
+fn restore_and_already_assigned() {
+    let t = machine(1, 4, 1, 1);
+    let cfg = config(
+        "",
+        StaticPolicyOptions::default(),
+        TmPolicy::BestEffort,
+        TmScope::Container,
+    );
+    let mut a = NodeAdmitter::new(t.clone(), &cfg).unwrap();
+    let p = pod("p", vec![], vec![container("main", 2, &[])]);
+    let first = a.admit(&p);
+    let saved = a.cpu_state().clone();
+    let mut b = NodeAdmitter::new(t, &cfg).unwrap();
+    b.restore(saved).unwrap();
+    // Re-admitting after a restart keeps the CPUs the container had.
+    assert_eq!(cpus(&b.admit(&p)), cpus(&first));
+    let _ = BTreeMap::<u8, u8>::new();
+}
