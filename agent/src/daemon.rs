@@ -13,6 +13,7 @@ use nodetopo_engine::CpuTopology;
 pub mod checkpoint;
 pub mod config;
 pub mod core;
+pub mod kube;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
@@ -85,8 +86,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.local {
         rt.block_on(local::run(args))
     } else {
-        anyhow::bail!(
-            "cluster mode is not available in this build; run with --local --pods-dir DIR --spec FILE --status-file FILE"
-        )
+        rt.block_on(kube::run(args))
     }
 }
