@@ -659,3 +659,60 @@ fn bad_input_gives_clear_errors_never_panics() {
     let asym = NumaInfo::new(vec![(0, Some(vec![10, 11])), (1, Some(vec![13, 10]))], true).unwrap();
     assert_eq!(asym.average_distance(NumaMask::new([0, 1]).unwrap()), 11.0);
 }
+
+// ------------------------------------------------------------ beyond the reference's reach
+
+/// A 64-node case the reference cannot enumerate, checked against the same structure on 10
+/// nodes (where it can): only the two highest nodes together have the CPUs, only node 5 has
+/// a free device. No preferred hint exists; T = 2, and {0,1} is achievable as
+/// CPU {0,1,hi,hi'} ∧ device {0,1,5}, so the kubelet picks {0,1}, non-preferred.
+#[test]
+fn large_machine_matches_the_small_analogue() {
+    for n in [10usize, 64] {
+        let ids: Vec<usize> = (0..n).collect();
+        let numa = NumaInfo::new(ids.iter().map(|&i| (i, None)).collect(), false).unwrap();
+        let mut free = vec![0u64; n];
+        free[n - 2] = 3;
+        free[n - 1] = 3;
+        let cpu = Capacity {
+            free: ids.iter().map(|&i| (i, free[i])).collect(),
+            total: ids.iter().map(|&i| (i, 4)).collect(),
+            request: 6,
+            wide_preferred: false,
+        };
+        let mut dev = vec![0u64; n];
+        dev[5] = 1;
+        let device = Capacity {
+            free: ids.iter().map(|&i| (i, dev[i])).collect(),
+            total: ids.iter().map(|&i| (i, 1)).collect(),
+            request: 1,
+            wide_preferred: false,
+        };
+        let providers = vec![
+            one("cpu", ResourceHints::Implicit(Arc::new(cpu))),
+            one("dev", ResourceHints::Implicit(Arc::new(device))),
+        ];
+        let opts = TmOptions {
+            max_allowable_numa_nodes: 64,
+            ..TmOptions::default()
+        };
+        let r = if n == 10 {
+            check(TmPolicy::BestEffort, &numa, &opts, &providers)
+        } else {
+            merge(TmPolicy::BestEffort, &numa, &opts, &providers).unwrap()
+        };
+        assert_eq!(
+            r.hint.affinity,
+            Some(NumaMask::new([0, 1]).unwrap()),
+            "n = {n}"
+        );
+        assert!(!r.hint.preferred && r.admit);
+        let r = merge(TmPolicy::Restricted, &numa, &opts, &providers).unwrap();
+        assert!(!r.admit);
+        let r = merge(TmPolicy::SingleNumaNode, &numa, &opts, &providers).unwrap();
+        assert_eq!(
+            (r.hint.affinity, r.hint.preferred, r.admit),
+            (None, false, false)
+        );
+    }
+}

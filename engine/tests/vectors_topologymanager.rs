@@ -46,3 +46,55 @@ fn every_topologymanager_vector_passes() {
     // 161+5+7+25+9 merge, 6+5+13+23+16 numa-distance, 71 bitmask.
     assert_eq!(total, 341);
 }
+
+/// Merge cases in the vector schema are accepted at any node count up to 64 (the kubelet's
+/// tables stop at 8), with non-contiguous ids.
+#[test]
+fn merge_cases_beyond_eight_nodes() {
+    let all: Vec<usize> = (0..64).collect();
+    let case = |providers: serde_json::Value, expect: serde_json::Value, admit: bool| {
+        serde_json::json!({
+            "name": "64 nodes", "policy": "restricted", "numa_nodes": all,
+            "options": {"prefer-closest-numa-nodes": false, "max-allowable-numa-nodes": null},
+            "distances": null, "providers": providers, "expect": expect, "admit": admit
+        })
+    };
+    let file = serde_json::json!({
+        "cases": [
+            case(
+                serde_json::json!([
+                    {"resources": {"cpu": [{"affinity": [63], "preferred": true}, {"affinity": all, "preferred": false}]}},
+                    {"resources": {"gpu": [{"affinity": [63], "preferred": true}]}}
+                ]),
+                serde_json::json!({"affinity": [63], "preferred": true}),
+                true,
+            ),
+            case(
+                serde_json::json!([
+                    {"resources": {"cpu": [{"affinity": [40, 63], "preferred": true}]}},
+                    {"resources": {"gpu": [{"affinity": [63], "preferred": true}]}}
+                ]),
+                serde_json::json!({"affinity": [63], "preferred": false}),
+                false,
+            ),
+            case(
+                serde_json::json!([{"resources": {"cpu": []}}]),
+                serde_json::json!({"affinity": all, "preferred": false}),
+                false,
+            ),
+        ]
+    });
+    let results = evaluate("topologymanager-large.json", &file).expect("evaluates");
+    assert_eq!(results.len(), 3);
+    for r in results {
+        assert!(r.failure.is_none(), "{}: {:?}", r.case, r.failure);
+    }
+    // And a wrong expectation is reported, not passed.
+    let mut wrong = file.clone();
+    wrong["cases"][0]["expect"]["preferred"] = serde_json::json!(false);
+    let results = evaluate("topologymanager-large.json", &wrong).expect("evaluates");
+    assert!(results[0]
+        .failure
+        .as_deref()
+        .is_some_and(|f| f.contains("product")));
+}

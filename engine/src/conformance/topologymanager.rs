@@ -352,6 +352,13 @@ fn eval_bitmask(c: &Value) -> Res<Option<String>> {
                         .ok_or(format!("bit {b} out of range"))
                 })
                 .collect::<Res<_>>()?;
+            if ids.len() > 24 {
+                return Err(format!(
+                    "iterating {} bits would visit 2^{} masks; at most 24 bits",
+                    ids.len(),
+                    ids.len()
+                ));
+            }
             let mut seen = Vec::new();
             mask::iterate_bit_masks(&ids, |m| seen.push(m));
             if op == "iterate_count" {

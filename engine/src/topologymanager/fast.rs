@@ -50,6 +50,7 @@
 //! and option, bit for bit.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashSet;
 
 use super::lists::{
@@ -96,27 +97,38 @@ pub fn merge(
             })
             .collect();
     }
-    let t = lists
-        .iter()
-        .filter_map(|l| match l {
-            List::Hints(h) => narrowest_count(h),
-            List::Source(s) => s.min_width(machine),
-        })
-        .max()
-        .map_or(0, i64::from);
-    let chooser = Chooser::new(numa, policy, opts.prefer_closest_numa_nodes, t);
-
     let mut explicit = Vec::new();
     let mut sources = Vec::new();
+    let mut t: Option<u32> = None;
     for l in &lists {
-        match l {
-            List::Hints(h) => explicit.push(Explicit::new(h)),
-            List::Source(s) => sources.push(Source {
-                s: *s,
-                monotone: s.is_upward_closed(machine),
-            }),
-        }
+        let narrowest = match l {
+            List::Hints(h) => {
+                explicit.push(Explicit::new(h));
+                narrowest_count(h)
+            }
+            List::Source(s) => {
+                let width = s.min_width(machine);
+                sources.push(Source {
+                    s: *s,
+                    machine,
+                    width: width.unwrap_or(0),
+                    monotone: OnceCell::new(),
+                });
+                width
+            }
+        };
+        t = t.max(narrowest);
     }
+    let chooser = Chooser::new(
+        numa,
+        policy,
+        opts.prefer_closest_numa_nodes,
+        t.map_or(0, i64::from),
+    );
+    // The oracle is exact in any source order; putting the sources that need the most nodes
+    // last lets the cheap ones settle the intersection first and the demanding one answer
+    // with a single check (see `Search::dfs`).
+    sources.sort_by_key(|s| s.width);
     if explicit.iter().any(|e| e.hints_empty) {
         // A list left empty by the single-NUMA filter: zero permutations.
         let (hint, admit) = finish(policy, numa, None);
@@ -188,16 +200,23 @@ impl Explicit {
     }
 }
 
-/// An implicit source with its monotonicity asked once.
+/// An implicit source; its monotonicity is asked once, and only if the non-preferred search
+/// needs it.
 struct Source<'a> {
     s: &'a dyn HintSource,
-    monotone: bool,
+    machine: NumaMask,
+    /// Its narrowest hint width.
+    width: u32,
+    monotone: OnceCell<bool>,
 }
 
 impl Source<'_> {
     /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
     fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        if self.monotone {
+        if *self
+            .monotone
+            .get_or_init(|| self.s.is_upward_closed(self.machine))
+        {
             self.s.lookup(hi).is_some()
         } else {
             self.s.any_hint_between(lo, hi)
@@ -420,27 +439,31 @@ impl Search<'_> {
         let free = i.minus(m);
         let mut found: Vec<NumaMask> = Vec::new();
         for k in 0..=free.count() {
-            let mut level = Vec::new();
-            let mut visit = |x: NumaMask| {
+            // Masks of one size are never subsets of each other, so each new minimal J can
+            // be explored at once (stopping at the first success).
+            let level_start = found.len();
+            let mut success = false;
+            let mut visit = |x: NumaMask, found: &mut Vec<NumaMask>| -> bool {
                 let jm = m.or(x);
-                if !found.iter().any(|f| f.is_subset_of(jm)) && src.between(jm, jm.or(outside)) {
-                    level.push(jm);
+                if !found[..level_start].iter().any(|f| f.is_subset_of(jm))
+                    && src.between(jm, jm.or(outside))
+                {
+                    found.push(jm);
+                    if self.dfs(j + 1, jm, m, memo) {
+                        success = true;
+                        return false;
+                    }
                 }
+                true
             };
             if k == 0 {
-                visit(NumaMask::EMPTY);
+                visit(NumaMask::EMPTY, &mut found);
             } else {
-                for_each_subset_of_width(free, k, |x| {
-                    visit(x);
-                    true
-                });
+                for_each_subset_of_width(free, k, |x| visit(x, &mut found));
             }
-            for jm in &level {
-                if self.dfs(j + 1, *jm, m, memo) {
-                    return true;
-                }
+            if success {
+                return true;
             }
-            found.extend(level);
         }
         false
     }

@@ -32,11 +32,20 @@ pub type ProviderHints = Option<BTreeMap<String, ResourceHints>>;
 /// satisfied" (the kubelet's empty, non-nil list).
 ///
 /// Only [`lookup`](HintSource::lookup) is required. Every other method has a correct
-/// default derived from [`materialize`](HintSource::materialize) (which itself defaults to
-/// enumerating all 2^N masks through `lookup`); implementers override them with something
-/// cheap so that the product merge stays fast on large machines. **An override must return
-/// exactly what its default would**: the merge relies on these answers for pruning, and a
-/// wrong answer gives a wrong merge (the differential tests check providers this way).
+/// default derived from `lookup` or [`materialize`](HintSource::materialize) (which itself
+/// defaults to enumerating all 2^N masks through `lookup`). Those defaults cost up to 2^N
+/// lookups, so providers used on large machines override them with something cheap:
+///
+/// | method | must return | used by the merge for |
+/// | --- | --- | --- |
+/// | `min_width` | exact narrowest hint width | the best-non-preferred count `T` |
+/// | `preferred_widths` | a range holding every preferred width (exact is fastest) | bounding the preferred search |
+/// | `is_upward_closed` | `true` only if truly upward-closed | one lookup instead of an interval search |
+/// | `any_hint_between` | exact (only asked of non-upward-closed sources) | the non-preferred search |
+///
+/// **An override must agree with `lookup`**: the merge relies on these answers for pruning,
+/// and a wrong answer gives a wrong merge (the differential tests check their sources'
+/// overrides against the defaults; providers should do the same).
 ///
 /// `machine` is always the machine's default affinity (all its NUMA nodes).
 pub trait HintSource: Send + Sync + std::fmt::Debug {
@@ -63,13 +72,18 @@ pub trait HintSource: Send + Sync + std::fmt::Debug {
     }
 
     /// The width (node count) of the narrowest hint; `None` when there is no hint at all.
-    /// The merge needs it for the kubelet's best-non-preferred count.
+    /// The merge needs it for the kubelet's best-non-preferred count. The default searches
+    /// by increasing width with `lookup` (cheap for narrow sources, 2^N lookups for an empty
+    /// one), which equals the minimum over `materialize`.
     fn min_width(&self, machine: NumaMask) -> Option<u32> {
-        self.materialize(machine)
-            .iter()
-            .filter_map(|h| h.affinity)
-            .map(NumaMask::count)
-            .min()
+        (1..=machine.count()).find(|&w| {
+            let mut hit = false;
+            super::mask::for_each_subset_of_width(machine, w, |m| {
+                hit = self.lookup(m).is_some();
+                !hit
+            });
+            hit
+        })
     }
 
     /// `(narrowest, widest)` width among the **preferred** hints; `None` when no hint is
@@ -117,8 +131,12 @@ pub trait HintSource: Send + Sync + std::fmt::Debug {
     /// mask"); the memory manager's is not (its NUMA-group rule excludes masks that mix a
     /// node used by a single-node allocation). `false` is always correct; `true` lets the
     /// merge decide "is there a hint between `lo` and `hi`" with one lookup of `hi` instead
-    /// of a search of the interval. The default answers from `materialize`.
+    /// of a search of the interval. The default answers from `materialize` on machines of
+    /// up to [`DERIVE_LIMIT`] nodes and says `false` (always safe) beyond.
     fn is_upward_closed(&self, machine: NumaMask) -> bool {
+        if machine.count() > DERIVE_LIMIT {
+            return false;
+        }
         let hints: std::collections::HashSet<NumaMask> = self
             .materialize(machine)
             .iter()
@@ -134,6 +152,9 @@ pub trait HintSource: Send + Sync + std::fmt::Debug {
         })
     }
 }
+
+/// The largest machine on which [`HintSource::is_upward_closed`]'s default enumerates.
+pub const DERIVE_LIMIT: u32 = 16;
 
 /// The outcome of a merge: the chosen hint and whether the policy admits it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,6 +5,29 @@
 //! input: [`reference::merge`], a literal transcription of the kubelet's enumeration (cost:
 //! the product of the hint-list lengths), and the product's [`merge`], which never
 //! enumerates the cross product (see [`fast`] for the algorithm and its complexity).
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use nodetopo_engine::topologymanager::*;
+//!
+//! let numa = NumaInfo::new(vec![(0, None), (1, None)], false).unwrap();
+//! let hint = |ids: &[usize], preferred| TopologyHint {
+//!     affinity: Some(NumaMask::new(ids.iter().copied()).unwrap()),
+//!     preferred,
+//! };
+//! // CPUs fit on node 0 or node 1; the device sits on node 1.
+//! let cpu = ResourceHints::Explicit(vec![hint(&[0], true), hint(&[1], true), hint(&[0, 1], false)]);
+//! let gpu = ResourceHints::Explicit(vec![hint(&[1], true), hint(&[0, 1], false)]);
+//! let providers = vec![
+//!     Some(BTreeMap::from([("cpu".to_string(), cpu)])),
+//!     None, // the memory manager has no opinion
+//!     Some(BTreeMap::from([("example.com/gpu".to_string(), gpu)])),
+//! ];
+//! let r = merge(TmPolicy::Restricted, &numa, &TmOptions::default(), &providers).unwrap();
+//! assert_eq!(r.hint.affinity.unwrap().to_string(), "{1}");
+//! assert!(r.hint.preferred && r.admit);
+//! assert_eq!(r, reference::merge(TmPolicy::Restricted, &numa, &TmOptions::default(), &providers).unwrap());
+//! ```
 
 pub mod error;
 pub mod fast;

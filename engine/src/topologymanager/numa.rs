@@ -176,3 +176,94 @@ impl NumaInfo {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{CpuInfo, NumaNode};
+    use crate::topologymanager::{ManagerConfig, TmPolicy, TmScope};
+    use crate::CpuSet;
+
+    /// Nodes 0 and 2 (non-contiguous), CPU-less node 2, positional distance columns.
+    fn machine() -> CpuTopology {
+        let cpu = |id| CpuInfo {
+            id,
+            core: id,
+            socket: 0,
+            numa: 0,
+            uncore: 0,
+        };
+        let node = |id, row: Vec<u32>| NumaNode {
+            id,
+            cpus: CpuSet::default(),
+            distances: Some(row),
+            memory_bytes: None,
+            hugepages: vec![],
+        };
+        CpuTopology::with_derived_counts(
+            vec![cpu(0), cpu(1)],
+            vec![node(0, vec![10, 21]), node(2, vec![31, 10])],
+            vec![],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn from_topology_reindexes_positional_rows_by_id() {
+        let opts = TmOptions {
+            prefer_closest_numa_nodes: true,
+            ..TmOptions::default()
+        };
+        let info = NumaInfo::from_topology(&machine(), &opts).unwrap();
+        assert_eq!(info.nodes(), &[0, 2]);
+        assert_eq!(info.distance_row(0), Some(&[10, 0, 21][..]));
+        assert_eq!(info.distance_row(2), Some(&[31, 0, 10][..]));
+        // Ordered pairs including (i, i): (10 + 21 + 31 + 10) / 4, asymmetry kept.
+        let both = NumaMask::new([0, 2]).unwrap();
+        assert_eq!(info.average_distance(both), 18.0);
+        // Without prefer-closest no rows are kept at all.
+        let plain = NumaInfo::from_topology(&machine(), &TmOptions::default()).unwrap();
+        assert!(!plain.has_distances() && plain.distance_row(0).is_none());
+    }
+
+    #[test]
+    fn manager_checks_the_numa_count_limit() {
+        let nodes: Vec<_> = (0..12).map(|i| (i, None)).collect();
+        let e = ManagerConfig::new(
+            "single-numa-node",
+            "pod",
+            &Default::default(),
+            Default::default(),
+            nodes.clone(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unsupported on machines with more than 8 NUMA Nodes (this machine has 12; raise the max-allowable-numa-nodes policy option to allow it)"
+        );
+        let raised = [("max-allowable-numa-nodes".to_string(), "16".to_string())].into();
+        let cfg = ManagerConfig::new(
+            "single-numa-node",
+            "pod",
+            &raised,
+            Default::default(),
+            nodes,
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.policy, cfg.scope),
+            (TmPolicy::SingleNumaNode, TmScope::Pod)
+        );
+        let cfg = ManagerConfig::for_topology(
+            TmPolicy::Restricted,
+            TmScope::Container,
+            TmOptions::default(),
+            &machine(),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.numa.unwrap().default_affinity(),
+            NumaMask::new([0, 2]).unwrap()
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Admission decision for one container (CPU + memory + one device) on a half-full machine,
+//! through the product merge at 8, 16, 32 and 64 NUMA nodes and through the literal kubelet
+//! enumeration (`reference::merge`) at 8 for the ratio.
+//!
+//! The hint sources are bench-local, with kubelet semantics and the cheap trait methods real
+//! providers implement: CPU and devices as "enough free capacity in the mask" (upward-closed,
+//! preferred = the narrowest width the node totals allow), memory as the memory manager's
+//! static policy with its NUMA-group rule (a node holding a single-NUMA allocation never
+//! joins a multi-NUMA hint; non-monotone).
+//!
+//! Three scenarios: `fits` (4 CPUs, 16 GiB, 1 device: a preferred single-node hint exists),
+//! `tight` (CPU needs two nodes while the free devices and memory sit elsewhere, so no
+//! preferred hint exists and the non-preferred search runs) and `wide` (60 CPUs: at least
+//! six half-full nodes, no preferred hint; a stress case for the non-preferred search).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use nodetopo_engine::topologymanager::{
+    merge, reference, HintSource, NumaInfo, NumaMask, ProviderHints, ResourceHints, TmOptions,
+    TmPolicy,
+};
+
+fn sum(v: &[u64], m: NumaMask) -> u64 {
+    m.ids().map(|i| v[i]).sum()
+}
+
+/// Fewest nodes whose values, largest first, reach `r`, counting only nodes in `within`.
+fn fewest(v: &[u64], within: NumaMask, r: u64) -> Option<u32> {
+    let mut vals: Vec<u64> = within.ids().map(|i| v[i]).collect();
+    vals.sort_unstable_by(|a, b| b.cmp(a));
+    let mut acc = 0;
+    for (k, x) in vals.iter().enumerate() {
+        acc += x;
+        if acc >= r {
+            return Some(k as u32 + 1);
+        }
+    }
+    None
+}
+
+/// CPU manager / device manager: a hint when the free capacity in the mask covers the
+/// request; preferred at the narrowest width the totals could cover.
+#[derive(Debug)]
+struct Capacity {
+    free: Vec<u64>,
+    total: Vec<u64>,
+    request: u64,
+    machine: NumaMask,
+}
+
+impl Capacity {
+    fn preferred_width(&self) -> Option<u32> {
+        fewest(&self.total, self.machine, self.request)
+    }
+}
+
+impl HintSource for Capacity {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        (sum(&self.free, mask) >= self.request)
+            .then(|| Some(mask.count()) == self.preferred_width())
+    }
+    fn min_width(&self, machine: NumaMask) -> Option<u32> {
+        fewest(&self.free, machine, self.request)
+    }
+    fn preferred_widths(&self, machine: NumaMask) -> Option<(u32, u32)> {
+        let p = self.preferred_width()?;
+        (self.min_width(machine)? <= p).then_some((p, p))
+    }
+    fn is_upward_closed(&self, _machine: NumaMask) -> bool {
+        true
+    }
+}
+
+/// Memory manager static policy (`calculateHints`), every group a single node.
+#[derive(Debug)]
+struct Memory {
+    free: Vec<u64>,
+    allocatable: Vec<u64>,
+    /// Nodes with memory assignments (single-NUMA ones: they never join multi-NUMA hints).
+    assigned: NumaMask,
+    request: u64,
+    machine: NumaMask,
+}
+
+impl Memory {
+    fn preferred_width(&self) -> Option<u32> {
+        fewest(&self.allocatable, self.machine, self.request)
+    }
+    fn multi_ok(&self, m: NumaMask) -> bool {
+        m.count() >= 2 && m.and(self.assigned).is_empty() && sum(&self.free, m) >= self.request
+    }
+}
+
+impl HintSource for Memory {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        let ok = if mask.count() == 1 {
+            sum(&self.free, mask) >= self.request
+        } else {
+            self.multi_ok(mask)
+        };
+        (ok && sum(&self.allocatable, mask) >= self.request)
+            .then(|| Some(mask.count()) == self.preferred_width())
+    }
+    fn min_width(&self, machine: NumaMask) -> Option<u32> {
+        if machine.ids().any(|i| self.free[i] >= self.request) {
+            return Some(1);
+        }
+        fewest(&self.free, machine.minus(self.assigned), self.request).filter(|k| *k >= 2)
+    }
+    fn preferred_widths(&self, machine: NumaMask) -> Option<(u32, u32)> {
+        let p = self.preferred_width()?;
+        let exists = if p == 1 {
+            machine.ids().any(|i| self.free[i] >= self.request)
+        } else {
+            let unassigned = machine.minus(self.assigned);
+            unassigned.count() >= p
+                && fewest(&self.free, unassigned, self.request).is_some_and(|k| k <= p)
+        };
+        exists.then_some((p, p))
+    }
+    fn is_upward_closed(&self, _machine: NumaMask) -> bool {
+        false
+    }
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        if self.lookup(lo).is_some() {
+            return true;
+        }
+        let top = lo.or(hi.minus(self.assigned));
+        lo.and(self.assigned).is_empty() && self.multi_ok(top)
+    }
+}
+
+struct Scenario {
+    numa: NumaInfo,
+    providers: Vec<ProviderHints>,
+}
+
+/// A half-full machine of `n` NUMA nodes (16 CPUs, 64 GiB and 2 devices per node).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Fits,
+    Tight,
+    Wide,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Fits => "fits",
+            Kind::Tight => "tight",
+            Kind::Wide => "wide",
+        }
+    }
+}
+
+fn scenario(n: usize, kind: Kind) -> Scenario {
+    let machine = NumaMask::new(0..n).expect("n <= 64");
+    let gib = 1u64 << 30;
+    let total_cpu = vec![16u64; n];
+    // Half full: alternating nodes keep 12 and 4 free CPUs.
+    let mut free_cpu: Vec<u64> = (0..n).map(|i| if i % 2 == 0 { 12 } else { 4 }).collect();
+    let allocatable = vec![64 * gib; n];
+    let mut free_mem: Vec<u64> = (0..n)
+        .map(|i| if i % 2 == 0 { 20 * gib } else { 44 * gib })
+        .collect();
+    let assigned = NumaMask::from_bits(machine.bits() & 0x5555_5555_5555_5555);
+    let total_dev = vec![2u64; n];
+    let mut free_dev: Vec<u64> = (0..n).map(|i| u64::from(i % 4 == 3)).collect();
+    let (cpus, mem, devs) = if kind == Kind::Wide {
+        (60, 16 * gib, 1)
+    } else if kind == Kind::Tight {
+        // 20 CPUs need two nodes; the free devices sit only on the last node and memory
+        // only fits there too, so no single mask is preferred by all three.
+        free_cpu.iter_mut().for_each(|c| *c = (*c).min(10));
+        free_dev.iter_mut().for_each(|d| *d = 0);
+        free_dev[n - 1] = 1;
+        free_mem.iter_mut().for_each(|m| *m = 8 * gib);
+        free_mem[n - 1] = 40 * gib;
+        (20, 24 * gib, 1)
+    } else {
+        (4, 16 * gib, 1)
+    };
+    let cpu = Capacity {
+        free: free_cpu,
+        total: total_cpu,
+        request: cpus,
+        machine,
+    };
+    let memory = Memory {
+        free: free_mem,
+        allocatable,
+        assigned,
+        request: mem,
+        machine,
+    };
+    let device = Capacity {
+        free: free_dev,
+        total: total_dev,
+        request: devs,
+        machine,
+    };
+    let one = |name: &str, s: Arc<dyn HintSource>| -> ProviderHints {
+        Some(BTreeMap::from([(
+            name.to_string(),
+            ResourceHints::Implicit(s),
+        )]))
+    };
+    let rows = (0..n)
+        .map(|i| {
+            let row = (0..n)
+                .map(|j| {
+                    if i == j {
+                        10
+                    } else if i / 4 == j / 4 {
+                        12
+                    } else {
+                        32
+                    }
+                })
+                .collect();
+            (i, Some(row))
+        })
+        .collect();
+    Scenario {
+        numa: NumaInfo::new(rows, true).expect("valid machine"),
+        providers: vec![
+            one("cpu", Arc::new(cpu)),
+            one("memory", Arc::new(memory)),
+            one("example.com/gpu", Arc::new(device)),
+        ],
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let opts = TmOptions {
+        prefer_closest_numa_nodes: false,
+        max_allowable_numa_nodes: 64,
+    };
+    let closest = TmOptions {
+        prefer_closest_numa_nodes: true,
+        ..opts
+    };
+    // The bench sources must give the kubelet's answer: check against the reference at 8.
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+        let s = scenario(8, kind);
+        for policy in [
+            TmPolicy::BestEffort,
+            TmPolicy::Restricted,
+            TmPolicy::SingleNumaNode,
+        ] {
+            for o in [&opts, &closest] {
+                let want = reference::merge(policy, &s.numa, o, &s.providers).expect("reference");
+                let got = merge(policy, &s.numa, o, &s.providers).expect("product");
+                assert_eq!(got, want, "bench scenario disagrees with the reference");
+            }
+        }
+    }
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide] {
+        let mut g = c.benchmark_group(format!("merge/{}", kind.name()));
+        g.sample_size(20)
+            .warm_up_time(std::time::Duration::from_millis(500))
+            .measurement_time(std::time::Duration::from_secs(2));
+        for n in [8usize, 16, 32, 64] {
+            let s = scenario(n, kind);
+            for (label, o) in [("restricted", &opts), ("restricted+closest", &closest)] {
+                g.bench_with_input(BenchmarkId::new(label, n), &s, |b, s| {
+                    b.iter(|| merge(TmPolicy::Restricted, &s.numa, o, &s.providers))
+                });
+            }
+        }
+        let s = scenario(8, kind);
+        g.sample_size(10);
+        g.bench_with_input(BenchmarkId::new("reference-restricted", 8), &s, |b, s| {
+            b.iter(|| reference::merge(TmPolicy::Restricted, &s.numa, &opts, &s.providers))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
