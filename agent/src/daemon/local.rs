@@ -277,7 +277,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             obj.status = Some(status.clone());
             match serde_yaml::to_string(&obj) {
-                Ok(text) => match checkpoint::write_atomic(status_path, text.as_bytes()) {
+                Ok(text) => match checkpoint::write_replace(status_path, text.as_bytes(), false) {
                     Ok(()) => last_status = Some(status),
                     Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
                 },
