@@ -1,12 +1,91 @@
-//! `daemon` subcommand.
+//! `run`: the node agent daemon.
+//!
+//! The decisions live in [`core`] (a pure state machine); this module and [`local`] are the
+//! shells that feed it events and write what comes out: the checkpoint first, then the
+//! status, so no published allocation can be lost by a crash.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments of `daemon`.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use nodetopo_engine::CpuTopology;
 
-/// Runs `daemon`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`daemon` is not built yet")
+pub mod checkpoint;
+pub mod config;
+pub mod core;
+pub mod kube;
+pub mod kubelet_state;
+pub mod local;
+pub mod metrics;
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run on files instead of the API server (needs --pods-dir, --spec, --status-file).
+    #[arg(long)]
+    pub local: bool,
+    /// Local mode: directory of Pod YAML files (Pods or workloads), re-read on change.
+    #[arg(long, requires = "local")]
+    pub pods_dir: Option<PathBuf>,
+    /// Local mode: a NodeTopology YAML file whose spec configures the node.
+    #[arg(long, requires = "local")]
+    pub spec: Option<PathBuf>,
+    /// Local mode: where the NodeTopology object with its status is written (atomically).
+    #[arg(long, requires = "local")]
+    pub status_file: Option<PathBuf>,
+    /// sysfs root to discover the topology from.
+    #[arg(long, default_value = "/sys", conflicts_with = "preset")]
+    pub sysfs_root: PathBuf,
+    /// Use a built-in machine model instead of discovering (tests, benchmarks).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Directory of the agent's checkpoint.
+    #[arg(long, default_value = "/var/lib/nodetopo")]
+    pub state_dir: PathBuf,
+    /// The kubelet's CPU manager checkpoint, compared with the agent's assignments.
+    #[arg(long, default_value = "/var/lib/kubelet/cpu_manager_state")]
+    pub kubelet_state: PathBuf,
+    /// Local mode: how often the files are re-read, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub poll_ms: u64,
+    /// Address of the admin server (/metrics, /healthz, /readyz); empty to disable.
+    #[arg(long, default_value = "")]
+    pub admin_addr: String,
+    /// Node name (cluster mode).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+/// The machine's topology, from a preset or a sysfs tree.
+pub fn topology(args: &Args) -> anyhow::Result<CpuTopology> {
+    match &args.preset {
+        Some(name) => Ok(nodetopo_engine::presets::build(name)?),
+        None => nodetopo_engine::sysfs::discover(&args.sysfs_root).with_context(|| {
+            format!(
+                "discovering the topology under {}",
+                args.sysfs_root.display()
+            )
+        }),
+    }
+}
+
+/// Runs `run`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Logs go to stderr; a second subscriber (tests) is not an error.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    if args.local {
+        rt.block_on(local::run(args))
+    } else {
+        rt.block_on(kube::run(args))
+    }
 }

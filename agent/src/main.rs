@@ -9,8 +9,6 @@ mod conformance;
 mod daemon;
 mod discover;
 mod plan;
-// Used by `plan` and the daemon as they land; until then only by its own tests.
-#[allow(dead_code)]
 mod pods;
 
 /// nodetopo node agent and offline CPU-placement tools.
@@ -30,7 +28,7 @@ enum Command {
     /// Evaluate kubelet test-vector files against the engine.
     Conformance(conformance::Args),
     /// Run the node agent (in a cluster, or with --local on files).
-    Run(daemon::Args),
+    Run(Box<daemon::Args>),
 }
 
 fn main() -> ExitCode {
@@ -39,7 +37,7 @@ fn main() -> ExitCode {
         Command::Discover(a) => discover::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Conformance(a) => conformance::run(a),
-        Command::Run(a) => daemon::run(a),
+        Command::Run(a) => daemon::run(*a),
     };
     match result {
         Ok(code) => code,

@@ -173,8 +173,16 @@ pub fn load(path: &Path) -> Result<Option<CheckpointData>, CheckpointError> {
 }
 
 /// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename,
-/// fsync of the directory. Used for the checkpoint and the local-mode status file.
+/// fsync of the directory. Used for the checkpoint.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_replace(path, bytes, true)
+}
+
+/// Writes `bytes` to `path` by temp file and rename; with `durable`, fsyncs the file before
+/// and the directory after the rename. Readers never see a partial file either way; the
+/// fsyncs only add durability across power loss, which derived files (the local-mode status,
+/// rewritten at every start) do not need and whose latency they would double.
+pub fn write_replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -187,10 +195,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let result = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         drop(f);
         fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
+        if durable {
+            fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         // Best effort: a leftover temp file is harmless but untidy.

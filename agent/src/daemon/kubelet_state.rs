@@ -123,8 +123,11 @@ mod tests {
         assert_eq!(s.default_cpu_set.to_string(), "0-1,6-7");
         assert_eq!(s.entries["u1"]["app"].to_string(), "2-5");
         assert_eq!(s.checksum, 3321);
-        let n = parse(p, r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#)
-            .expect("none policy");
+        let n = parse(
+            p,
+            r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+        )
+        .expect("none policy");
         assert!(n.entries.is_empty() && n.default_cpu_set.is_empty());
     }
 
@@ -137,14 +140,24 @@ mod tests {
         )
         .expect_err("bad set");
         let msg = e.to_string();
-        assert!(msg.starts_with("kubelet CPU manager state /k/cpu_manager_state: entries[\"u1\"][\"app\"] \"5-2\""), "{msg}");
-        let e = parse(p, r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"cid":"2-3"},"checksum":1}"#)
-            .expect_err("v1");
+        assert!(
+            msg.starts_with(
+                "kubelet CPU manager state /k/cpu_manager_state: entries[\"u1\"][\"app\"] \"5-2\""
+            ),
+            "{msg}"
+        );
+        let e = parse(
+            p,
+            r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"cid":"2-3"},"checksum":1}"#,
+        )
+        .expect_err("v1");
         assert!(e.to_string().contains("v1 is not supported"), "{e}");
         let e = parse(p, "{\"policyName\":\"sta").expect_err("truncated");
         assert!(e.to_string().contains("/k/cpu_manager_state"), "{e}");
         let dir = tempfile::tempdir().expect("tempdir");
-        assert!(read(&dir.path().join("absent")).expect("absent ok").is_none());
+        assert!(read(&dir.path().join("absent"))
+            .expect("absent ok")
+            .is_none());
         // A directory where the file should be: unreadable, an error naming the path.
         let e = read(dir.path()).expect_err("unreadable");
         assert!(matches!(e, KubeletStateError::Io { .. }), "{e}");

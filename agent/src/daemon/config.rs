@@ -1,0 +1,49 @@
+//! The NodeTopology spec (operator's output) into the engine's `NodeConfig`.
+
+use nodetopo_crds::validation::{self, Reservation};
+use nodetopo_crds::{CpuManagerPolicy, NodeTopologySpec};
+use nodetopo_engine::admission::{CpuManagerConfig, NodeConfig};
+use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
+use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
+
+/// Converts a spec; the error names the field and is meant for the `Invalid` condition.
+pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, String> {
+    let problems = validation::validate_node_topology_spec(spec);
+    if !problems.is_empty() {
+        return Err(validation::join(&problems));
+    }
+    let cpu = match spec.cpu_manager.policy {
+        CpuManagerPolicy::None => CpuManagerConfig::None,
+        CpuManagerPolicy::Static => {
+            let options = StaticPolicyOptions::from_map(&spec.cpu_manager.options)
+                .map_err(|e| format!("spec.cpuManager.options: {e}"))?;
+            let reserved =
+                match validation::reservation(&spec.cpu_manager).map_err(|e| e.to_string())? {
+                    Reservation::None => ReservedCpus::Count(0),
+                    Reservation::Count(n) => ReservedCpus::Count(n),
+                    Reservation::Explicit(s) => ReservedCpus::Explicit(s),
+                };
+            CpuManagerConfig::Static { reserved, options }
+        }
+    };
+    let tm = &spec.topology_manager;
+    let tm_policy: TmPolicy = tm
+        .policy
+        .as_str()
+        .parse()
+        .map_err(|e| format!("spec.topologyManager.policy: {e}"))?;
+    let tm_scope: TmScope = tm
+        .scope
+        .as_str()
+        .parse()
+        .map_err(|e| format!("spec.topologyManager.scope: {e}"))?;
+    let tm_options = TmOptions::from_map(&tm.options)
+        .map_err(|e| format!("spec.topologyManager.options: {e}"))?;
+    Ok(NodeConfig {
+        cpu,
+        tm_policy,
+        tm_scope,
+        tm_options,
+        ..Default::default()
+    })
+}

@@ -1,0 +1,625 @@
+//! The agent's core: a pure state machine, shared by cluster mode and local mode.
+//!
+//! Inputs are [`Event`]s (pod added/updated/deleted, pod list synced, spec changed, kubelet
+//! checkpoint read); outputs are the desired status ([`Core::status`]) and the checkpoint
+//! ([`Core::checkpoint`]). No I/O, no clock: `now` is passed in. The shells (files, API
+//! server) feed events and write what comes out, checkpoint first, then status, so a status
+//! never shows an allocation that a restart could lose.
+//!
+//! Expected flow: events are applied as they come; [`Core::reconcile`] then releases what
+//! gone or finished pods held and admits pending Guaranteed pods in a stable order
+//! (creation time, then UID) through `NodeAdmitter`, the engine's only entry point.
+//!
+//! Guarantees: an admitted container keeps its CPUs until its pod is gone or terminal,
+//! across restarts (checkpoint) and spec changes (the new admitter starts from the old CPU
+//! state; pods admitted before keep their CPUs, new ones follow the new policy). Nothing is
+//! admitted or released before the pod list has synced, so a restart never drops a restored
+//! allocation because the list was not read yet.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodetopo_crds::conditions::{self, ConditionSpec};
+use nodetopo_crds::{
+    KubeletAssignment, KubeletObserved, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
+    PoolsReport,
+};
+use nodetopo_engine::admission::NodeAdmitter;
+use nodetopo_engine::cpumanager::CpuState;
+use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
+use nodetopo_engine::{CpuSet, CpuTopology, Pod, QosClass};
+
+use super::checkpoint::CheckpointData;
+use super::config::node_config;
+use super::kubelet_state::KubeletCpuState;
+
+/// Condition type: the checkpoint was restored (or there was none); False when it was
+/// rejected and the state rebuilt from pods.
+pub const CHECKPOINT: &str = "CheckpointRestored";
+/// Condition type: every allocation was made under the current spec; False lists the pods
+/// still running under an older one.
+pub const POLICY_CURRENT: &str = "PolicyCurrent";
+/// Condition type: some pod files / objects could not be read.
+pub const PODS_READABLE: &str = "PodsReadable";
+
+/// A pod as the core tracks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// The engine's view of the pod.
+    pub pod: Pod,
+    /// Creation time, for the admission order (`None` sorts first, like the zero time).
+    pub created: Option<Time>,
+    /// Phase Succeeded or Failed: its CPUs are released.
+    pub terminal: bool,
+}
+
+/// What the core reacts to.
+#[derive(Debug, Clone)]
+// The single-pod events are what cluster mode's watch produces; local mode rescans.
+#[cfg_attr(not(test), allow(dead_code))]
+pub enum Event {
+    /// A pod appeared or changed.
+    PodUpsert(Box<PodInfo>),
+    /// A pod is gone (by UID).
+    PodDelete(String),
+    /// The full pod list (replaces what is known; local mode's directory scan, a relist).
+    PodsSynced(Vec<PodInfo>),
+    /// The spec and its generation (`None`: no NodeTopology yet).
+    Spec(Option<(NodeTopologySpec, Option<i64>)>),
+    /// The spec could not be read (local mode: the spec file is malformed).
+    SpecUnreadable(String),
+    /// The kubelet checkpoint: absent, parsed, or an error message.
+    Kubelet(Result<Option<KubeletCpuState>, String>),
+    /// Problems reading individual pods (file or object, message), replacing earlier ones.
+    PodProblems(Vec<String>),
+}
+
+/// Counters the shell turns into metrics; incremented by the core as it decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Containers that asked for exclusive CPUs (pinning requests).
+    pub pinning_requests: u64,
+    /// Of which failed.
+    pub pinning_errors: u64,
+    /// Pods the topology manager admitted or refused.
+    pub admission_requests: u64,
+    /// Of which refused.
+    pub admission_errors: u64,
+}
+
+/// The node agent's state. See the module documentation.
+#[derive(Debug)]
+pub struct Core {
+    topology: CpuTopology,
+    topology_report: TopologyReport,
+    spec: Option<NodeTopologySpec>,
+    generation: Option<i64>,
+    admitter: Option<NodeAdmitter>,
+    config_problem: Option<String>,
+    spec_problem: Option<String>,
+    pods: BTreeMap<String, PodInfo>,
+    synced: bool,
+    admitted: BTreeMap<String, Vec<AllocationReport>>,
+    rejected: BTreeMap<String, Vec<RejectionReport>>,
+    /// A checkpoint waiting for the first admitter.
+    pending_restore: Option<CheckpointData>,
+    checkpoint_problem: Option<(String, String)>,
+    kubelet: Result<Option<KubeletCpuState>, String>,
+    pod_problems: Vec<String>,
+    /// Decision counters since start.
+    pub tally: Tally,
+}
+
+/// Stable admission order: creation time, then UID.
+fn order_key(p: &PodInfo) -> (Option<Time>, String) {
+    (p.created.clone(), p.pod.uid.clone())
+}
+
+fn wants_cpus(p: &PodInfo) -> bool {
+    !p.terminal && p.pod.qos_class() == QosClass::Guaranteed
+}
+
+impl Core {
+    /// A core for this machine, with the checkpoint found at start (if any) and, when the
+    /// checkpoint was rejected, the reason and message for the condition.
+    pub fn new(
+        topology: CpuTopology,
+        restored: Option<CheckpointData>,
+        checkpoint_problem: Option<(String, String)>,
+    ) -> Self {
+        Self {
+            topology_report: TopologyReport::from_topology(&topology),
+            topology,
+            spec: None,
+            generation: None,
+            admitter: None,
+            config_problem: None,
+            spec_problem: None,
+            pods: BTreeMap::new(),
+            synced: false,
+            admitted: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            pending_restore: restored,
+            checkpoint_problem,
+            kubelet: Ok(None),
+            pod_problems: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Applies one event (no admission yet; call [`Core::reconcile`]).
+    pub fn apply(&mut self, event: Event) {
+        match event {
+            Event::PodUpsert(p) => {
+                self.pods.insert(p.pod.uid.clone(), *p);
+            }
+            Event::PodDelete(uid) => {
+                self.pods.remove(&uid);
+            }
+            Event::PodsSynced(list) => {
+                self.pods = list.into_iter().map(|p| (p.pod.uid.clone(), p)).collect();
+                self.synced = true;
+            }
+            Event::Spec(spec) => {
+                self.spec_problem = None;
+                match spec {
+                    Some((spec, generation)) => {
+                        if self.spec.as_ref() != Some(&spec) || self.generation != generation {
+                            self.set_spec(spec, generation);
+                        }
+                    }
+                    None => {
+                        self.spec = None;
+                        self.generation = None;
+                    }
+                }
+            }
+            Event::SpecUnreadable(msg) => self.spec_problem = Some(msg),
+            Event::Kubelet(k) => self.kubelet = k,
+            Event::PodProblems(p) => self.pod_problems = p,
+        }
+    }
+
+    /// Builds the admitter for a new spec. The CPU state carries over (running pods keep
+    /// their CPUs, as on a kubelet restarted with a new policy after a drain); a spec that
+    /// cannot apply here leaves the previous admitter in place and says why.
+    fn set_spec(&mut self, spec: NodeTopologySpec, generation: Option<i64>) {
+        let built = node_config(&spec).and_then(|cfg| {
+            NodeAdmitter::new(self.topology.clone(), &cfg).map_err(|e| e.to_string())
+        });
+        self.spec = Some(spec);
+        self.generation = generation;
+        let admitter = match built {
+            Ok(a) => a,
+            Err(e) => {
+                self.config_problem = Some(e);
+                return;
+            }
+        };
+        let carried = match (&self.admitter, self.pending_restore.take()) {
+            (Some(old), _) => Some(old.cpu_state().clone()),
+            (None, Some(cp)) => match state_from_checkpoint(&cp) {
+                Ok(state) => {
+                    self.admitted = cp.allocations;
+                    self.rejected = cp.rejections;
+                    Some(state)
+                }
+                Err(e) => {
+                    self.checkpoint_problem = Some(("CheckpointCorrupt".into(), e));
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let mut admitter = admitter;
+        if let Some(state) = carried {
+            if let Err(e) = admitter.restore(state) {
+                let had_old = self.admitter.is_some();
+                self.config_problem = Some(format!(
+                    "the running pods' CPU assignments do not fit the new configuration: {e}"
+                ));
+                if had_old {
+                    return;
+                }
+                // At start, an unusable checkpoint: rebuild from the pods.
+                self.checkpoint_problem = Some(("CheckpointInconsistent".into(), e.to_string()));
+                self.admitted.clear();
+                self.rejected.clear();
+            }
+        }
+        // Pods that hold CPUs need no re-admission: the engine releases them from the CPU
+        // state when they go, and their published records stay as they were.
+        self.config_problem = None;
+        self.admitter = Some(admitter);
+    }
+
+    /// Releases what gone or terminal pods hold and admits pending pods. Returns whether
+    /// anything changed. A no-op before the pod list synced or without an admitter.
+    pub fn reconcile(&mut self) -> bool {
+        let Some(admitter) = self.admitter.as_mut() else {
+            return false;
+        };
+        if !self.synced {
+            return false;
+        }
+        let mut changed = false;
+        let live: BTreeSet<&String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| wants_cpus(p))
+            .map(|(u, _)| u)
+            .collect();
+        // Release: pods whose records exist but which are gone or finished. CPU state entries
+        // without records (a checkpoint from a crash between admit and record) too.
+        let held: BTreeSet<String> = self
+            .admitted
+            .keys()
+            .chain(self.rejected.keys())
+            .chain(admitter.cpu_state().assignments.keys())
+            .filter(|u| !live.contains(u))
+            .cloned()
+            .collect();
+        for uid in held {
+            admitter.remove_pod(&uid);
+            self.admitted.remove(&uid);
+            self.rejected.remove(&uid);
+            changed = true;
+        }
+        let mut pending: Vec<&PodInfo> = self
+            .pods
+            .values()
+            .filter(|p| wants_cpus(p))
+            .filter(|p| !self.admitted.contains_key(&p.pod.uid))
+            .filter(|p| !self.rejected.contains_key(&p.pod.uid))
+            .collect();
+        pending.sort_by_key(|p| order_key(p));
+        for p in pending {
+            let outcome = admitter.admit(&p.pod);
+            self.tally.admission_requests += 1;
+            let exclusive = p
+                .pod
+                .all_containers()
+                .filter(|c| {
+                    c.requests
+                        .cpu_millis
+                        .is_some_and(|m| m > 0 && m % 1000 == 0)
+                })
+                .count() as u64;
+            self.tally.pinning_requests += exclusive;
+            changed = true;
+            if outcome.admitted() {
+                let mut allocations = outcome.allocations;
+                for a in &mut allocations {
+                    a.spec_generation = self.generation;
+                }
+                self.admitted.insert(p.pod.uid.clone(), allocations);
+            } else {
+                self.tally.admission_errors += 1;
+                if outcome
+                    .rejections
+                    .iter()
+                    .any(|r| r.reason != "TopologyAffinityError")
+                {
+                    self.tally.pinning_errors += 1;
+                }
+                self.rejected.insert(p.pod.uid.clone(), outcome.rejections);
+            }
+        }
+        changed
+    }
+
+    /// The checkpoint of the current state (`None` before the first admitter: nothing to
+    /// save yet, and the restored file must not be overwritten by an empty one).
+    pub fn checkpoint(&self) -> Option<CheckpointData> {
+        let admitter = self.admitter.as_ref()?;
+        let state = admitter.cpu_state();
+        Some(CheckpointData {
+            spec_generation: self.generation,
+            default_cpu_set: state.default_cpuset.to_string(),
+            entries: state
+                .assignments
+                .iter()
+                .map(|(uid, cs)| {
+                    let m = cs.iter().map(|(c, s)| (c.clone(), s.to_string())).collect();
+                    (uid.clone(), m)
+                })
+                .collect(),
+            allocations: self.admitted.clone(),
+            rejections: self.rejected.clone(),
+        })
+    }
+
+    /// Whether the agent is ready: pods synced and a configuration in effect.
+    pub fn ready(&self) -> bool {
+        self.synced && self.admitter.is_some()
+    }
+
+    /// The containers where the kubelet's checkpoint and the engine differ, as
+    /// `namespace/name/container (kubelet A, nodetopo B)`.
+    pub fn kubelet_differences(&self) -> Vec<String> {
+        let (Ok(Some(k)), Some(a)) = (&self.kubelet, &self.admitter) else {
+            return Vec::new();
+        };
+        let ours = &a.cpu_state().assignments;
+        let mut keys: BTreeSet<(&String, &String)> = BTreeSet::new();
+        for (uid, cs) in ours.iter().chain(k.entries.iter()) {
+            for c in cs.keys() {
+                keys.insert((uid, c));
+            }
+        }
+        let none = CpuSet::new();
+        keys.into_iter()
+            .filter_map(|(uid, c)| {
+                let theirs = k.entries.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);
+                let mine = ours.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);
+                (theirs != mine).then(|| {
+                    let name = self
+                        .pods
+                        .get(uid)
+                        .map(|p| p.pod.key())
+                        .unwrap_or_else(|| uid.clone());
+                    format!("{name}/{c} (kubelet \"{theirs}\", nodetopo \"{mine}\")")
+                })
+            })
+            .collect()
+    }
+
+    /// The desired status. `previous` conditions keep their `lastTransitionTime` unless
+    /// they flip; `now` stamps the ones that do.
+    pub fn status(&self, previous: &[Condition], now: &Time) -> NodeTopologyStatus {
+        let mut conds = previous.to_vec();
+        let gen = self.generation;
+        let mut set = |c: ConditionSpec| conditions::upsert(&mut conds, &c, gen, now);
+
+        let invalid = self.spec_problem.clone().or(self.config_problem.clone());
+        match (&invalid, &self.spec) {
+            (Some(msg), _) => set(ConditionSpec::new(
+                conditions::INVALID,
+                true,
+                "InvalidConfig",
+                msg,
+            )),
+            (None, _) => set(ConditionSpec::new(
+                conditions::INVALID,
+                false,
+                "Valid",
+                "the spec applies on this node",
+            )),
+        }
+        let ready = match (&self.spec, self.admitter.is_some(), self.synced) {
+            (None, _, _) => ConditionSpec::new(
+                conditions::READY,
+                false,
+                "WaitingForSpec",
+                "no NodeTopology spec yet (the operator has not created it)",
+            ),
+            (_, false, _) => ConditionSpec::new(
+                conditions::READY,
+                false,
+                "InvalidConfig",
+                "no usable configuration; publishing topology only",
+            ),
+            (_, true, false) => ConditionSpec::new(
+                conditions::READY,
+                false,
+                "WaitingForPods",
+                "the pod list has not been read yet",
+            ),
+            (_, true, true) if invalid.is_some() => ConditionSpec::new(
+                conditions::READY,
+                true,
+                "PreviousConfig",
+                "running the previous configuration; the new spec does not apply",
+            ),
+            _ => ConditionSpec::new(
+                conditions::READY,
+                true,
+                "Admitting",
+                "pods are admitted under the current spec",
+            ),
+        };
+        set(ready);
+        match &self.checkpoint_problem {
+            Some((reason, msg)) => set(ConditionSpec::new(
+                CHECKPOINT,
+                false,
+                reason.clone(),
+                format!("{msg}; the file was moved aside and the state rebuilt from the pods"),
+            )),
+            None => set(ConditionSpec::new(
+                CHECKPOINT,
+                true,
+                "Restored",
+                "checkpoint restored or freshly started",
+            )),
+        }
+        let old: Vec<String> = self
+            .admitted
+            .iter()
+            .filter(|(_, allocs)| allocs.iter().any(|a| a.spec_generation != gen))
+            .map(|(uid, allocs)| {
+                allocs
+                    .first()
+                    .map(|a| a.pod.clone())
+                    .unwrap_or_else(|| uid.clone())
+            })
+            .collect();
+        if old.is_empty() {
+            set(ConditionSpec::new(
+                POLICY_CURRENT,
+                true,
+                "AllCurrent",
+                "every allocation follows the current spec",
+            ));
+        } else {
+            set(ConditionSpec::new(
+                POLICY_CURRENT,
+                false,
+                "PodsUnderOldPolicy",
+                format!(
+                    "pods admitted under an older spec keep their CPUs: {}",
+                    old.join(", ")
+                ),
+            ));
+        }
+        if self.pod_problems.is_empty() {
+            set(ConditionSpec::new(
+                PODS_READABLE,
+                true,
+                "AllRead",
+                "every pod was read",
+            ));
+        } else {
+            set(ConditionSpec::new(
+                PODS_READABLE,
+                false,
+                "PodsSkipped",
+                self.pod_problems.join("; "),
+            ));
+        }
+        let kubelet = match &self.kubelet {
+            Err(msg) => {
+                set(ConditionSpec::new(
+                    conditions::KUBELET_AGREEMENT,
+                    false,
+                    "KubeletStateUnreadable",
+                    msg.clone(),
+                ));
+                None
+            }
+            Ok(None) => {
+                set(ConditionSpec::new(
+                    conditions::KUBELET_AGREEMENT,
+                    true,
+                    "NoKubeletState",
+                    "no kubelet CPU manager checkpoint to compare with",
+                ));
+                None
+            }
+            Ok(Some(k)) => {
+                let diffs = self.kubelet_differences();
+                if diffs.is_empty() {
+                    set(ConditionSpec::new(
+                        conditions::KUBELET_AGREEMENT,
+                        true,
+                        "Agree",
+                        "the kubelet's CPU assignments equal nodetopo's",
+                    ));
+                } else {
+                    set(ConditionSpec::new(
+                        conditions::KUBELET_AGREEMENT,
+                        false,
+                        "Disagree",
+                        format!("{} containers differ: {}", diffs.len(), diffs.join(", ")),
+                    ));
+                }
+                Some(KubeletObserved {
+                    policy_name: k.policy_name.clone(),
+                    default_cpu_set: k.default_cpu_set.to_string(),
+                    assignments: k
+                        .entries
+                        .iter()
+                        .flat_map(|(uid, cs)| {
+                            cs.iter().map(move |(c, s)| KubeletAssignment {
+                                pod_uid: uid.clone(),
+                                container: c.clone(),
+                                cpus: s.to_string(),
+                            })
+                        })
+                        .collect(),
+                })
+            }
+        };
+
+        // Allocations and rejections in admission order.
+        let mut order: Vec<(Option<Time>, String)> = self
+            .admitted
+            .keys()
+            .chain(self.rejected.keys())
+            .map(|uid| match self.pods.get(uid) {
+                Some(p) => order_key(p),
+                None => (None, uid.clone()),
+            })
+            .collect();
+        order.sort();
+        order.dedup();
+        let mut allocations = Vec::new();
+        let mut rejections = Vec::new();
+        for (_, uid) in &order {
+            allocations.extend(self.admitted.get(uid).into_iter().flatten().cloned());
+            rejections.extend(self.rejected.get(uid).into_iter().flatten().cloned());
+        }
+        let pools = self.admitter.as_ref().map(|a| {
+            let p = a.pools();
+            PoolsReport {
+                reserved: p.reserved.to_string(),
+                shared: p.shared.to_string(),
+                exclusive: p.exclusive.to_string(),
+                free: p.free.to_string(),
+            }
+        });
+        let exclusive = self
+            .admitter
+            .as_ref()
+            .map(|a| a.pools().exclusive.len())
+            .unwrap_or(0);
+        let aligned = allocations
+            .iter()
+            .filter(|a| a.aligned.numa_node && a.aligned.physical_cpu)
+            .count();
+        let spec = self.spec.clone().unwrap_or_default();
+        let summary = NodeTopologySummary {
+            cpu_manager_policy: spec.cpu_manager.policy.as_str().to_string(),
+            topology_manager_policy: spec.topology_manager.policy.as_str().to_string(),
+            cpus: self.topology.cpus().len() as i32,
+            numa_nodes: self.topology_report.numa_nodes.len() as i32,
+            uncore_caches: self.topology_report.uncore_caches.len() as i32,
+            exclusive_cpus: exclusive as i32,
+            containers: allocations.len() as i32,
+            aligned_containers: aligned as i32,
+            rejections: rejections.len() as i32,
+        };
+        NodeTopologyStatus {
+            observed_generation: gen,
+            conditions: conds,
+            topology: Some(self.topology_report.clone()),
+            pools,
+            allocations,
+            rejections,
+            kubelet,
+            summary: Some(summary),
+        }
+    }
+
+    /// The CPU pools, when a configuration is in effect.
+    pub fn pools(&self) -> Option<nodetopo_engine::admission::Pools> {
+        self.admitter.as_ref().map(|a| a.pools())
+    }
+
+    /// Every published allocation record (unordered).
+    pub fn allocations(&self) -> impl Iterator<Item = &AllocationReport> {
+        self.admitted.values().flatten()
+    }
+}
+
+/// Parses the checkpoint's CPU state; errors name the entry.
+fn state_from_checkpoint(cp: &CheckpointData) -> Result<CpuState, String> {
+    let default_cpuset = CpuSet::parse(&cp.default_cpu_set)
+        .map_err(|e| format!("defaultCpuSet {:?}: {e}", cp.default_cpu_set))?;
+    let mut assignments = BTreeMap::new();
+    for (uid, cs) in &cp.entries {
+        let mut m = BTreeMap::new();
+        for (c, s) in cs {
+            let set = CpuSet::parse(s).map_err(|e| format!("entries[{uid}][{c}] {s:?}: {e}"))?;
+            m.insert(c.clone(), set);
+        }
+        assignments.insert(uid.clone(), m);
+    }
+    Ok(CpuState {
+        default_cpuset,
+        assignments,
+    })
+}
+
+#[cfg(test)]
+mod tests;

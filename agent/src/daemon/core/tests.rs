@@ -1,0 +1,277 @@
+//! Tests of the core state machine: admission order, release, restore, spec changes,
+//! kubelet agreement. Each asserts the exact outcome.
+
+use super::*;
+use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig};
+use nodetopo_engine::{Container, ResourceList};
+
+fn topo() -> CpuTopology {
+    nodetopo_engine::presets::build("epyc-7303-2p").expect("preset")
+}
+
+fn spec(reserved: &str, tm: &str) -> NodeTopologySpec {
+    NodeTopologySpec {
+        cpu_manager: CpuManagerConfig {
+            policy: CpuManagerPolicy::Static,
+            reserved_system_cpus: Some(reserved.into()),
+            ..Default::default()
+        },
+        topology_manager: TopologyManagerConfig {
+            policy: serde_json::from_value(serde_json::json!(tm)).expect("tm policy"),
+            ..Default::default()
+        },
+        policy_ref: None,
+    }
+}
+
+fn pod(name: &str, uid: &str, created: &str, cpus: u64) -> PodInfo {
+    let res = ResourceList {
+        cpu_millis: Some(cpus * 1000),
+        memory_bytes: Some(1 << 30),
+        ..Default::default()
+    };
+    PodInfo {
+        pod: Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: uid.into(),
+            creation_timestamp: Some(created.into()),
+            init_containers: vec![],
+            containers: vec![Container {
+                name: "app".into(),
+                requests: res.clone(),
+                limits: res,
+                restartable: false,
+            }],
+        },
+        created: Some(Time(created.parse().expect("timestamp"))),
+        terminal: false,
+    }
+}
+
+fn now() -> Time {
+    Time("2030-01-01T00:00:00Z".parse().expect("ts"))
+}
+
+fn cpus_of(core: &Core) -> BTreeMap<String, String> {
+    core.allocations()
+        .map(|a| (a.pod.clone(), a.cpus.clone()))
+        .collect()
+}
+
+#[test]
+fn admits_in_creation_then_uid_order_and_waits_for_sync() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    // Events arrive in the "wrong" order; nothing happens before the list synced.
+    core.apply(Event::PodUpsert(Box::new(pod(
+        "late",
+        "u-a",
+        "2024-01-02T00:00:00Z",
+        2,
+    ))));
+    assert!(!core.reconcile());
+    core.apply(Event::PodsSynced(vec![
+        pod("late", "u-a", "2024-01-02T00:00:00Z", 2),
+        pod("early-b", "u-c", "2024-01-01T00:00:00Z", 2),
+        pod("early-a", "u-b", "2024-01-01T00:00:00Z", 2),
+    ]));
+    assert!(core.reconcile());
+    let st = core.status(&[], &now());
+    let order: Vec<&str> = st.allocations.iter().map(|a| a.pod.as_str()).collect();
+    assert_eq!(
+        order,
+        ["default/early-a", "default/early-b", "default/late"]
+    );
+    // The first admitted pod got the first free whole cores.
+    assert_eq!(st.allocations[0].cpus, "1,33");
+    assert!(conditions::is_true(&st.conditions, conditions::READY));
+    assert_eq!(st.summary.as_ref().map(|s| s.exclusive_cpus), Some(6));
+    // Idempotent: nothing pending, nothing changes.
+    assert!(!core.reconcile());
+}
+
+#[test]
+fn releases_on_delete_and_terminal_phase() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![
+        pod("a", "ua", "2024-01-01T00:00:00Z", 2),
+        pod("b", "ub", "2024-01-01T00:00:01Z", 2),
+    ]));
+    core.reconcile();
+    core.apply(Event::PodDelete("ua".into()));
+    let mut b = pod("b", "ub", "2024-01-01T00:00:01Z", 2);
+    b.terminal = true;
+    core.apply(Event::PodUpsert(Box::new(b)));
+    assert!(core.reconcile());
+    let st = core.status(&[], &now());
+    assert!(st.allocations.is_empty());
+    assert_eq!(st.pools.map(|p| p.exclusive), Some(String::new()));
+}
+
+#[test]
+fn restore_keeps_cpus_and_drops_gone_pods() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![
+        pod("a", "ua", "2024-01-01T00:00:00Z", 2),
+        pod("b", "ub", "2024-01-01T00:00:01Z", 4),
+    ]));
+    core.reconcile();
+    let before = cpus_of(&core);
+    let cp = core.checkpoint().expect("checkpoint");
+    // Restart: pod a is gone, a new pod c arrived (created earlier than b!).
+    let mut again = Core::new(topo(), Some(cp), None);
+    again.apply(Event::PodsSynced(vec![
+        pod("b", "ub", "2024-01-01T00:00:01Z", 4),
+        pod("c", "uc", "2023-01-01T00:00:00Z", 2),
+    ]));
+    again.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    again.reconcile();
+    let after = cpus_of(&again);
+    assert_eq!(after.get("default/b"), before.get("default/b"));
+    assert!(!after.contains_key("default/a"));
+    // c takes the CPUs a released, never b's.
+    assert_eq!(after.get("default/c"), before.get("default/a"));
+}
+
+#[test]
+fn spec_change_keeps_running_pods_and_names_them() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod(
+        "a",
+        "ua",
+        "2024-01-01T00:00:00Z",
+        2,
+    )]));
+    core.reconcile();
+    let a_cpus = cpus_of(&core)["default/a"].clone();
+    core.apply(Event::Spec(Some((
+        spec("0,32", "single-numa-node"),
+        Some(2),
+    ))));
+    core.apply(Event::PodUpsert(Box::new(pod(
+        "b",
+        "ub",
+        "2024-01-01T00:00:01Z",
+        2,
+    ))));
+    core.reconcile();
+    let st = core.status(&[], &now());
+    assert_eq!(st.observed_generation, Some(2));
+    assert_eq!(cpus_of(&core)["default/a"], a_cpus);
+    let gens: Vec<Option<i64>> = st.allocations.iter().map(|a| a.spec_generation).collect();
+    assert_eq!(gens, [Some(1), Some(2)]);
+    let c = conditions::find(&st.conditions, POLICY_CURRENT).expect("condition");
+    assert_eq!(c.status, "False");
+    assert_eq!(
+        c.message,
+        "pods admitted under an older spec keep their CPUs: default/a"
+    );
+    // A spec that cannot apply here (CPU 99 is absent) keeps the previous configuration.
+    core.apply(Event::Spec(Some((spec("0,99", "none"), Some(3)))));
+    let st = core.status(&st.conditions, &now());
+    let inv = conditions::find(&st.conditions, conditions::INVALID).expect("invalid");
+    assert_eq!(inv.status, "True");
+    assert!(inv.message.contains("99"), "{}", inv.message);
+    assert!(core.ready());
+}
+
+#[test]
+fn invalid_spec_at_start_still_publishes_topology() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,99", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod(
+        "a",
+        "ua",
+        "2024-01-01T00:00:00Z",
+        2,
+    )]));
+    assert!(!core.reconcile());
+    let st = core.status(&[], &now());
+    assert!(st.topology.is_some());
+    assert!(st.allocations.is_empty());
+    let ready = conditions::find(&st.conditions, conditions::READY).expect("ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidConfig")
+    );
+    assert!(core.checkpoint().is_none());
+}
+
+#[test]
+fn kubelet_agreement_names_every_differing_container() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![
+        pod("a", "ua", "2024-01-01T00:00:00Z", 2),
+        pod("b", "ub", "2024-01-01T00:00:01Z", 2),
+    ]));
+    core.reconcile();
+    let ours = core.checkpoint().expect("cp").entries;
+    let mut entries: BTreeMap<String, BTreeMap<String, CpuSet>> = BTreeMap::new();
+    entries.entry("ua".into()).or_default().insert(
+        "app".into(),
+        CpuSet::parse(&ours["ua"]["app"]).expect("set"),
+    );
+    entries
+        .entry("ub".into())
+        .or_default()
+        .insert("app".into(), CpuSet::parse("10-11").expect("set"));
+    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+        policy_name: "static".into(),
+        default_cpu_set: CpuSet::parse("0-9").expect("set"),
+        entries,
+        checksum: 1,
+    }))));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(k.status, "False");
+    assert_eq!(
+        k.message,
+        format!(
+            "1 containers differ: default/b/app (kubelet \"10-11\", nodetopo \"{}\")",
+            ours["ub"]["app"]
+        )
+    );
+    assert_eq!(st.kubelet.map(|k| k.assignments.len()), Some(2));
+    core.apply(Event::Kubelet(Err(
+        "kubelet CPU manager state /x: denied".into()
+    )));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (k.reason.as_str(), k.message.as_str()),
+        (
+            "KubeletStateUnreadable",
+            "kubelet CPU manager state /x: denied"
+        )
+    );
+}
+
+#[test]
+fn rejected_checkpoint_is_reported_and_state_rebuilt() {
+    let mut core = Core::new(
+        topo(),
+        None,
+        Some((
+            "CheckpointChecksumMismatch".into(),
+            "checkpoint /s fails its checksum".into(),
+        )),
+    );
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod(
+        "a",
+        "ua",
+        "2024-01-01T00:00:00Z",
+        2,
+    )]));
+    core.reconcile();
+    let st = core.status(&[], &now());
+    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    assert_eq!(c.status, "False");
+    assert_eq!(c.reason, "CheckpointChecksumMismatch");
+    assert_eq!(st.allocations.len(), 1);
+}

@@ -1,0 +1,311 @@
+//! Cluster mode: the core fed by the API server. Watches the node's Pods (field selector
+//! `spec.nodeName`) and its NodeTopology, applies the status with server-side apply (field
+//! manager `nodetopo-agent`), debounced, from a writer task that retries with backoff and
+//! always sends the latest status, so a slow API server never blocks admission.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod as K8sPod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
+
+use super::checkpoint;
+use super::core::{Core, Event, PodInfo};
+use super::kubelet_state;
+use super::local::load_checkpoint;
+use super::metrics::{self, Metrics};
+use super::Args;
+use crate::pods::engine_pod;
+
+/// The watcher configuration of the node's pods.
+pub fn pod_watch_config(node: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("spec.nodeName={node}"))
+}
+
+/// Converts one Kubernetes Pod; errors name the pod.
+pub fn pod_info(p: &K8sPod) -> Result<PodInfo, String> {
+    let pod = engine_pod(p).map_err(|e| e.to_string())?;
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    Ok(PodInfo {
+        pod,
+        created: p.metadata.creation_timestamp.clone(),
+        terminal: matches!(phase, Some("Succeeded" | "Failed")),
+    })
+}
+
+/// Turns watcher events into core events: `Init`..`InitDone` become one `PodsSynced`.
+#[derive(Debug, Default)]
+pub struct PodEvents {
+    buffer: Option<Vec<PodInfo>>,
+    problems: Vec<String>,
+}
+
+impl PodEvents {
+    /// Maps one watcher event (zero or more core events come out).
+    pub fn map(&mut self, ev: watcher::Event<K8sPod>) -> Vec<Event> {
+        match ev {
+            watcher::Event::Init => {
+                self.buffer = Some(Vec::new());
+                self.problems.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(p) => {
+                match pod_info(&p) {
+                    Ok(info) => self.buffer.get_or_insert_with(Vec::new).push(info),
+                    Err(e) => self.problems.push(e),
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => vec![
+                Event::PodsSynced(self.buffer.take().unwrap_or_default()),
+                Event::PodProblems(self.problems.clone()),
+            ],
+            watcher::Event::Apply(p) => match pod_info(&p) {
+                Ok(info) => vec![Event::PodUpsert(Box::new(info))],
+                Err(e) => {
+                    self.problems.push(e);
+                    vec![Event::PodProblems(self.problems.clone())]
+                }
+            },
+            watcher::Event::Delete(p) => {
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                vec![Event::PodDelete(uid)]
+            }
+        }
+    }
+}
+
+/// The core events of the node's pods.
+pub fn pod_events(client: Client, node: &str) -> impl Stream<Item = Event> + Send {
+    let mut mapper = PodEvents::default();
+    watcher(Api::<K8sPod>::all(client), pod_watch_config(node))
+        .default_backoff()
+        .filter_map(|r| async move {
+            match r {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    tracing::warn!("pod watch: {e}");
+                    None
+                }
+            }
+        })
+        .flat_map(move |ev| futures::stream::iter(mapper.map(ev)))
+}
+
+/// The core events of the node's NodeTopology (its spec and generation).
+pub fn spec_events(client: Client, node: &str) -> impl Stream<Item = Event> + Send {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    watcher(Api::<NodeTopology>::all(client), cfg)
+        .default_backoff()
+        .filter_map(|r| async move {
+            match r {
+                Ok(watcher::Event::Apply(nt) | watcher::Event::InitApply(nt)) => {
+                    Some(Event::Spec(Some((nt.spec, nt.metadata.generation))))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(Event::Spec(None)),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!("NodeTopology watch: {e}");
+                    None
+                }
+            }
+        })
+}
+
+/// The server-side-apply body of a status.
+pub fn status_patch(status: &NodeTopologyStatus) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "nodetopo.io/v1alpha1",
+        "kind": "NodeTopology",
+        "status": status,
+    })
+}
+
+/// Applies the status (field manager `nodetopo-agent`, forced: the agent owns status).
+pub async fn apply_status(
+    api: &Api<NodeTopology>,
+    node: &str,
+    status: &NodeTopologyStatus,
+) -> Result<(), kube::Error> {
+    api.patch_status(
+        node,
+        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+        &Patch::Apply(status_patch(status)),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Writes the latest status, retrying with backoff (100 ms doubling to 30 s); a newer status
+/// replaces the one being retried.
+async fn status_writer(
+    api: Api<NodeTopology>,
+    node: String,
+    mut rx: tokio::sync::watch::Receiver<Option<NodeTopologyStatus>>,
+    done: tokio::sync::watch::Sender<Option<NodeTopologyStatus>>,
+) {
+    loop {
+        let Some(status) = rx.borrow_and_update().clone() else {
+            if rx.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match apply_status(&api, &node, &status).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        "status apply for NodeTopology {node} failed, retrying in {delay:?}: {e}"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        r = rx.changed() => if r.is_err() { return; } else { break; },
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        let _ = done.send(Some(status));
+        if !rx.has_changed().unwrap_or(false) && rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Cluster mode until SIGTERM.
+pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    let node = args
+        .node_name
+        .clone()
+        .context("cluster mode needs the node name (NODE_NAME or --node-name)")?;
+    let topology = super::topology(&args)?;
+    let client = Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let api: Api<NodeTopology> = Api::all(client.clone());
+    let metrics = Arc::new(Metrics::new());
+    if !args.admin_addr.is_empty() {
+        metrics::serve(&args.admin_addr, metrics.clone()).await?;
+    }
+    // The operator creates the NodeTopology; until then there is nothing to report on.
+    let mut delay = Duration::from_secs(1);
+    let object = loop {
+        match api.get_opt(&node).await {
+            Ok(Some(nt)) => break nt,
+            Ok(None) => tracing::info!(
+                "waiting for NodeTopology {node}: the operator has not created it yet"
+            ),
+            Err(e) => tracing::warn!("reading NodeTopology {node}: {e}"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    };
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
+    let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
+    let (restored, problem) = load_checkpoint(&cp_path);
+    if let Some((reason, note)) = &problem {
+        let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
+        let reference: ObjectReference = object.object_ref(&());
+        let ev = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.clone(),
+            note: Some(note.clone()),
+            action: "RestoreCheckpoint".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::warn!("publishing event {reason}: {e}");
+        }
+    }
+    let mut core = Core::new(topology, restored, problem);
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
+    let mut events = futures::stream::select(
+        pod_events(client.clone(), &node).boxed(),
+        spec_events(client, &node).boxed(),
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
+    let mut last_cp = None;
+    let mut last_status: Option<NodeTopologyStatus> = None;
+    loop {
+        let mut stop = false;
+        tokio::select! {
+            ev = events.next() => match ev {
+                Some(ev) => core.apply(ev),
+                None => stop = true,
+            },
+            _ = kubelet_tick.tick() => {
+                core.apply(Event::Kubelet(kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string())));
+            }
+            _ = term.recv() => stop = true,
+        }
+        // Debounce: take whatever else arrives within 100 ms into the same cycle.
+        let window = tokio::time::sleep(Duration::from_millis(100));
+        tokio::pin!(window);
+        while !stop {
+            tokio::select! {
+                ev = events.next() => match ev { Some(ev) => core.apply(ev), None => stop = true },
+                _ = &mut window => break,
+            }
+        }
+        if stop {
+            metrics.set_ready(false);
+        }
+        let started = std::time::Instant::now();
+        if core.reconcile() {
+            metrics.admission_duration(started.elapsed());
+        }
+        let cp = core.checkpoint();
+        if cp.is_some() && cp != last_cp {
+            if let Some(data) = &cp {
+                match checkpoint::save(&cp_path, data) {
+                    Ok(()) => last_cp = cp.clone(),
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+        }
+        let prev = last_status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let status = core.status(&prev, &now());
+        if cp == last_cp && last_status.as_ref() != Some(&status) {
+            let _ = tx.send(Some(status.clone()));
+            last_status = Some(status);
+        }
+        metrics.observe(&core, started.elapsed());
+        if stop {
+            // Flush: give the writer up to 5 s to land the last status.
+            let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                while *done_rx.borrow() != last_status {
+                    if done_rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+            tracing::info!("stopping: state and status flushed");
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,293 @@
+//! Local mode: the core on files. A pods directory (re-read when a file changes), a spec file
+//! (a NodeTopology YAML), a status file (the whole NodeTopology object, written atomically).
+//!
+//! A pod file that does not parse (being written, or malformed) is reported in the
+//! `PodsReadable` condition and skipped; if an earlier version of it parsed, that version
+//! stays in effect, so a half-written file never releases anyone's CPUs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nodetopo_crds::{NodeTopology, NodeTopologyStatus};
+
+use super::checkpoint;
+use super::core::{Core, Event, PodInfo};
+use super::kubelet_state;
+use super::metrics::{self, Metrics};
+use super::Args;
+use crate::pods::{engine_pod, pods_from_yaml};
+
+/// One pod file as last seen.
+struct FileEntry {
+    stamp: (Option<SystemTime>, u64),
+    /// The pods of the last version that parsed, if any.
+    good: Option<Vec<PodInfo>>,
+    /// The error of the current version, if it does not parse.
+    error: Option<String>,
+}
+
+/// Reads pod files and keeps the last good version of each.
+#[derive(Default)]
+pub struct PodDir {
+    files: BTreeMap<PathBuf, FileEntry>,
+}
+
+fn is_pod_file(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    !name.starts_with('.')
+        && [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+}
+
+/// Converts Kubernetes Pods (from YAML) into the core's pod records.
+pub fn pod_infos(text: &str) -> Result<Vec<PodInfo>, String> {
+    let pods = pods_from_yaml(text).map_err(|e| e.to_string())?;
+    pods.iter()
+        .map(|p| {
+            let pod = engine_pod(p).map_err(|e| e.to_string())?;
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            Ok(PodInfo {
+                pod,
+                created: p.metadata.creation_timestamp.clone(),
+                terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            })
+        })
+        .collect()
+}
+
+impl PodDir {
+    /// Scans the directory: returns every pod in effect and the problems found.
+    pub fn scan(&mut self, dir: &Path) -> Result<(Vec<PodInfo>, Vec<String>), String> {
+        let rd =
+            std::fs::read_dir(dir).map_err(|e| format!("pods directory {}: {e}", dir.display()))?;
+        let mut seen = Vec::new();
+        for entry in rd.flatten() {
+            let path = entry.path();
+            if !is_pod_file(&path) {
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(m) if m.is_file() => m,
+                _ => continue,
+            };
+            let stamp = (meta.modified().ok(), meta.len());
+            seen.push(path.clone());
+            if self.files.get(&path).is_some_and(|f| f.stamp == stamp) {
+                continue;
+            }
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| pod_infos(&t));
+            let prev = self.files.remove(&path).and_then(|f| f.good);
+            let entry = match parsed {
+                Ok(pods) => FileEntry {
+                    stamp,
+                    good: Some(pods),
+                    error: None,
+                },
+                Err(e) => FileEntry {
+                    stamp,
+                    good: prev,
+                    error: Some(format!("{}: {e}", path.display())),
+                },
+            };
+            self.files.insert(path, entry);
+        }
+        self.files.retain(|p, _| seen.contains(p));
+        let mut pods: BTreeMap<String, PodInfo> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (path, f) in &self.files {
+            problems.extend(f.error.clone());
+            for p in f.good.iter().flatten() {
+                if pods.contains_key(&p.pod.uid) {
+                    problems.push(format!(
+                        "{}: pod {} (uid {}) is already defined in another file; skipped",
+                        path.display(),
+                        p.pod.key(),
+                        p.pod.uid
+                    ));
+                } else {
+                    pods.insert(p.pod.uid.clone(), p.clone());
+                }
+            }
+        }
+        Ok((pods.into_values().collect(), problems))
+    }
+}
+
+/// Reads the spec file: the spec, the generation (`metadata.generation`, else a local counter
+/// bumped on every content change) and the object's name.
+struct SpecFile {
+    last_text: Option<String>,
+    counter: i64,
+    name: String,
+}
+
+impl SpecFile {
+    fn read(&mut self, path: &Path) -> Option<Event> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                return Some(Event::SpecUnreadable(format!(
+                    "spec file {}: {e}",
+                    path.display()
+                )))
+            }
+        };
+        if self.last_text.as_deref() == Some(text.as_str()) {
+            return None;
+        }
+        let parsed: Result<NodeTopology, _> = serde_yaml::from_str(&text);
+        match parsed {
+            Ok(nt) => {
+                self.last_text = Some(text);
+                self.counter += 1;
+                if let Some(n) = &nt.metadata.name {
+                    self.name.clone_from(n);
+                }
+                let generation = nt.metadata.generation.or(Some(self.counter));
+                Some(Event::Spec(Some((nt.spec, generation))))
+            }
+            // Not remembered: re-read (and re-reported) until it parses.
+            Err(e) => Some(Event::SpecUnreadable(format!(
+                "spec file {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Loads the checkpoint at start; a rejected file is moved aside and reported.
+pub fn load_checkpoint(
+    path: &Path,
+) -> (Option<checkpoint::CheckpointData>, Option<(String, String)>) {
+    match checkpoint::load(path) {
+        Ok(data) => (data, None),
+        Err(e) => {
+            let secs = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let aside = match checkpoint::quarantine(path, secs) {
+                Ok(p) => format!("kept as {}", p.display()),
+                Err(q) => format!("could not be moved aside: {q}"),
+            };
+            // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
+            tracing::warn!(reason = e.reason(), "{e}; {aside}");
+            (
+                None,
+                Some((e.reason().to_string(), format!("{e} ({aside})"))),
+            )
+        }
+    }
+}
+
+/// The local-mode loop until SIGTERM/SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (Some(pods_dir), Some(spec_path), Some(status_path)) =
+        (&args.pods_dir, &args.spec, &args.status_file)
+    else {
+        anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
+    };
+    let topology = super::topology(&args)?;
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
+    let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
+    let (restored, problem) = load_checkpoint(&cp_path);
+    let mut core = Core::new(topology, restored, problem);
+    let metrics = Arc::new(Metrics::new());
+    if !args.admin_addr.is_empty() {
+        metrics::serve(&args.admin_addr, metrics.clone()).await?;
+    }
+    let mut dir = PodDir::default();
+    let mut spec = SpecFile {
+        last_text: None,
+        counter: 0,
+        name: "local".into(),
+    };
+    let mut last_cp: Option<checkpoint::CheckpointData> = None;
+    let mut last_status: Option<NodeTopologyStatus> = None;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stop = tokio::select! {
+            _ = tick.tick() => false,
+            _ = term.recv() => true,
+            _ = tokio::signal::ctrl_c() => true,
+        };
+        if stop {
+            metrics.set_ready(false);
+        }
+        let started = std::time::Instant::now();
+        // Pods first, so that a restored checkpoint meets the real pod list.
+        match dir.scan(pods_dir) {
+            Ok((pods, problems)) => {
+                core.apply(Event::PodsSynced(pods));
+                core.apply(Event::PodProblems(problems));
+            }
+            Err(e) => core.apply(Event::PodProblems(vec![e])),
+        }
+        if let Some(ev) = spec.read(spec_path) {
+            core.apply(ev);
+        }
+        let kubelet = kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string());
+        core.apply(Event::Kubelet(kubelet));
+        let admit_started = std::time::Instant::now();
+        let changed = core.reconcile();
+        if changed {
+            metrics.admission_duration(admit_started.elapsed());
+        }
+        // Checkpoint before status: a published allocation is always on disk.
+        let cp = core.checkpoint();
+        if cp.is_some() && cp != last_cp {
+            if let Some(data) = &cp {
+                match checkpoint::save(&cp_path, data) {
+                    Ok(()) => last_cp = cp.clone(),
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+        }
+        let prev = last_status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let status = core.status(&prev, &now());
+        if cp == last_cp && last_status.as_ref() != Some(&status) {
+            let mut obj = NodeTopology::new(&spec.name, Default::default());
+            if let Some(Event::Spec(Some((s, g)))) = spec
+                .last_text
+                .as_deref()
+                .and_then(|t| serde_yaml::from_str::<NodeTopology>(t).ok())
+                .map(|nt| Event::Spec(Some((nt.spec, nt.metadata.generation))))
+            {
+                obj.spec = s;
+                obj.metadata.generation = g.or(status.observed_generation);
+            }
+            obj.status = Some(status.clone());
+            match serde_yaml::to_string(&obj) {
+                Ok(text) => match checkpoint::write_replace(status_path, text.as_bytes(), false) {
+                    Ok(()) => last_status = Some(status),
+                    Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
+                },
+                Err(e) => tracing::error!("serialising the status: {e}"),
+            }
+        }
+        metrics.observe(&core, started.elapsed());
+        if stop {
+            tracing::info!("stopping: state and status flushed");
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
