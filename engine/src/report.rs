@@ -126,6 +126,15 @@ pub struct AllocationReport {
     /// sets it; pods admitted under an older spec keep their CPUs after a policy change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_generation: Option<i64>,
+    /// nodetopo's own prediction, in list syntax, when `cpus` shows the kubelet's actual
+    /// assignment instead (the node's kubelet runs the static policy and its checkpoint has
+    /// this container). Absent when `cpus` is nodetopo's decision.
+    #[serde(
+        default,
+        rename = "predictedCPUs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub predicted_cpus: Option<String>,
 }
 
 /// A container whose admission failed.
@@ -185,6 +194,20 @@ impl TopologyReport {
             numa_nodes,
             uncore_caches,
         }
+    }
+}
+
+impl AllocationReport {
+    /// Sets `cpus` and everything derived from it (NUMA nodes, uncore caches, alignment) on
+    /// topology `t`.
+    pub fn place(&mut self, t: &CpuTopology, cpus: &CpuSet) {
+        let ids = |f: fn(&crate::topology::CpuInfo) -> usize| -> Vec<u64> {
+            t.ids_of(cpus, f).into_iter().map(|i| i as u64).collect()
+        };
+        self.cpus = cpus.to_string();
+        self.numa_nodes = ids(|c| c.numa);
+        self.uncore_caches = ids(|c| c.uncore);
+        self.aligned = Alignment::of(t, cpus);
     }
 }
 

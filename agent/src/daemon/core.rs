@@ -549,6 +549,9 @@ impl Core {
             allocations.extend(self.admitted.get(uid).into_iter().flatten().cloned());
             rejections.extend(self.rejected.get(uid).into_iter().flatten().cloned());
         }
+        if let Ok(Some(k)) = &self.kubelet {
+            show_kubelet_assignments(&mut allocations, k, &self.topology);
+        }
         let pools = self.admitter.as_ref().map(|a| {
             let p = a.pools();
             PoolsReport {
@@ -599,6 +602,31 @@ impl Core {
     /// Every published allocation record (unordered).
     pub fn allocations(&self) -> impl Iterator<Item = &AllocationReport> {
         self.admitted.values().flatten()
+    }
+}
+
+/// Where the kubelet itself runs the static policy, its checkpoint is the truth: each
+/// allocation the kubelet also holds shows the kubelet's CPUs, and nodetopo's own decision
+/// moves to `predictedCPUs` (the check; `KubeletAgreement` names every difference). Under the
+/// kubelet's `none` policy its checkpoint assigns nothing, and nodetopo's prediction stands.
+fn show_kubelet_assignments(
+    allocations: &mut [AllocationReport],
+    kubelet: &KubeletCpuState,
+    topology: &CpuTopology,
+) {
+    if kubelet.policy_name != "static" {
+        return;
+    }
+    for a in allocations {
+        let Some(actual) = kubelet
+            .entries
+            .get(&a.pod_uid)
+            .and_then(|m| m.get(&a.container))
+        else {
+            continue;
+        };
+        a.predicted_cpus = Some(a.cpus.clone());
+        a.place(topology, actual);
     }
 }
 

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use crate::cpumanager::{CpuState, PolicyError, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use crate::cpuset::CpuSet;
 use crate::pod::{Container, Pod};
-use crate::report::{Alignment, AllocationReport, HintReport, RejectionReport};
+use crate::report::{AllocationReport, HintReport, RejectionReport};
 use crate::topology::CpuTopology;
 use crate::topologymanager::providers::device::{
     DeviceError, DeviceHints, DeviceManager, DeviceSpec,
@@ -444,20 +444,15 @@ impl NodeAdmitter {
         pod.all_containers()
             .filter_map(|c| {
                 let cpus = self.state.get(&pod.uid, &c.name)?;
-                let ids = |f: fn(&crate::topology::CpuInfo) -> usize| -> Vec<u64> {
-                    t.ids_of(cpus, f).into_iter().map(|i| i as u64).collect()
-                };
-                Some(AllocationReport {
+                let mut report = AllocationReport {
                     pod: pod.key(),
                     pod_uid: pod.uid.clone(),
                     container: c.name.clone(),
-                    cpus: cpus.to_string(),
-                    numa_nodes: ids(|x| x.numa),
-                    uncore_caches: ids(|x| x.uncore),
-                    aligned: Alignment::of(t, cpus),
                     hint: hints.get(&c.name).map(hint_report),
-                    spec_generation: None,
-                })
+                    ..AllocationReport::default()
+                };
+                report.place(t, cpus);
+                Some(report)
             })
             .collect()
     }

@@ -237,6 +237,24 @@ fn kubelet_agreement_names_every_differing_container() {
         )
     );
     assert_eq!(st.kubelet.map(|k| k.assignments.len()), Some(2));
+    // The kubelet runs the static policy: its assignments are what the status shows, and
+    // nodetopo's decision is kept beside them as the prediction.
+    let b = st
+        .allocations
+        .iter()
+        .find(|a| a.pod_uid == "ub")
+        .expect("allocation of b");
+    assert_eq!(b.cpus, "10-11");
+    assert_eq!(
+        b.predicted_cpus.as_deref(),
+        Some(ours["ub"]["app"].as_str())
+    );
+    let a = st
+        .allocations
+        .iter()
+        .find(|a| a.pod_uid == "ua")
+        .expect("allocation of a");
+    assert_eq!(Some(a.cpus.as_str()), a.predicted_cpus.as_deref());
     core.apply(Event::Kubelet(Err(
         "kubelet CPU manager state /x: denied".into()
     )));
