@@ -75,6 +75,17 @@ pub(crate) fn min_width_single(amounts: &[u64], request: u64) -> Option<usize> {
 }
 
 /// A kubelet-ordered list of the masks over `ids` for which `lookup` answers `Some`.
+/// [`materialize_with`] over the provider's nodes that lie in `machine` (the trait's
+/// `materialize`: a machine narrower than the provider's node list is honoured by filtering).
+pub(crate) fn materialize_within(
+    ids: &[usize],
+    machine: NumaMask,
+    lookup: impl Fn(NumaMask) -> Option<bool>,
+) -> Vec<super::TopologyHint> {
+    let ids: Vec<usize> = ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
+    materialize_with(&ids, lookup)
+}
+
 pub(crate) fn materialize_with(
     ids: &[usize],
     lookup: impl Fn(NumaMask) -> Option<bool>,

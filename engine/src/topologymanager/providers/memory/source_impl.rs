@@ -64,13 +64,9 @@ impl crate::topologymanager::HintSource for MemoryHintSource {
     }
 
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        let ids: Vec<usize> = self
-            .ids
-            .iter()
-            .copied()
-            .filter(|i| machine.is_set(*i))
-            .collect();
-        crate::topologymanager::providers::materialize_with(&ids, |m| self.lookup(m))
+        crate::topologymanager::providers::materialize_within(&self.ids, machine, |m| {
+            self.lookup(m)
+        })
     }
 
     fn min_width(&self, _machine: NumaMask) -> Option<u32> {
