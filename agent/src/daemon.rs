@@ -13,6 +13,7 @@ use nodetopo_engine::CpuTopology;
 pub mod checkpoint;
 pub mod config;
 pub mod core;
+pub mod cycle;
 pub mod kube;
 pub mod kubelet_state;
 pub mod local;

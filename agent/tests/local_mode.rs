@@ -288,7 +288,14 @@ fn kubelet_disagreement_is_named() {
         cond_is(s, "KubeletAgreement", "False", "Disagree")
     });
     stop(c);
-    let ours = &allocations(&s)[0].1;
+    // The kubelet runs the static policy, so the published allocation is the kubelet's,
+    // with nodetopo's own decision beside it as the prediction.
+    assert_eq!(allocations(&s)[0].1, "1-2");
+    let ours = s["allocations"][0]["predictedCPUs"]
+        .as_str()
+        .expect("predictedCPUs")
+        .to_string();
+    assert_ne!(ours, "1-2");
     assert_eq!(
         message(&s, "KubeletAgreement"),
         format!("1 containers differ: default/p1/app (kubelet \"1-2\", nodetopo \"{ours}\")")

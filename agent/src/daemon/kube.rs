@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod as K8sPod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -18,6 +17,7 @@ use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
+use super::cycle::{now, Cycle};
 use super::kubelet_state;
 use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
@@ -181,10 +181,6 @@ async fn status_writer(
     }
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 /// Cluster mode until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let node = args
@@ -242,8 +238,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
-    let mut last_cp = None;
-    let mut last_status: Option<NodeTopologyStatus> = None;
+    let mut cycle = Cycle::new(cp_path);
     loop {
         let mut stop = false;
         tokio::select! {
@@ -269,32 +264,15 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             metrics.set_ready(false);
         }
         let started = std::time::Instant::now();
-        if core.reconcile() {
-            metrics.admission_duration(started.elapsed());
-        }
-        let cp = core.checkpoint();
-        if cp.is_some() && cp != last_cp {
-            if let Some(data) = &cp {
-                match checkpoint::save(&cp_path, data) {
-                    Ok(()) => last_cp = cp.clone(),
-                    Err(e) => tracing::error!("{e}"),
-                }
-            }
-        }
-        let prev = last_status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let status = core.status(&prev, &now());
-        if cp == last_cp && last_status.as_ref() != Some(&status) {
+        if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let _ = tx.send(Some(status.clone()));
-            last_status = Some(status);
+            cycle.published(status);
         }
         metrics.observe(&core, started.elapsed());
         if stop {
             // Flush: give the writer up to 5 s to land the last status.
             let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                while *done_rx.borrow() != last_status {
+                while done_rx.borrow().as_ref() != cycle.last_status() {
                     if done_rx.changed().await.is_err() {
                         break;
                     }

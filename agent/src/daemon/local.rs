@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodetopo_crds::{NodeTopology, NodeTopologyStatus};
+use nodetopo_crds::NodeTopology;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
+use super::cycle::{now, Cycle};
 use super::kubelet_state;
 use super::metrics::{self, Metrics};
 use super::Args;
@@ -163,10 +163,6 @@ impl SpecFile {
     }
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 /// Loads the checkpoint at start; a rejected file is moved aside and reported.
 pub fn load_checkpoint(
     path: &Path,
@@ -215,8 +211,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         counter: 0,
         name: "local".into(),
     };
-    let mut last_cp: Option<checkpoint::CheckpointData> = None;
-    let mut last_status: Option<NodeTopologyStatus> = None;
+    let mut cycle = Cycle::new(cp_path.clone());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
@@ -244,27 +239,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let kubelet = kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string());
         core.apply(Event::Kubelet(kubelet));
-        let admit_started = std::time::Instant::now();
-        let changed = core.reconcile();
-        if changed {
-            metrics.admission_duration(admit_started.elapsed());
-        }
-        // Checkpoint before status: a published allocation is always on disk.
-        let cp = core.checkpoint();
-        if cp.is_some() && cp != last_cp {
-            if let Some(data) = &cp {
-                match checkpoint::save(&cp_path, data) {
-                    Ok(()) => last_cp = cp.clone(),
-                    Err(e) => tracing::error!("{e}"),
-                }
-            }
-        }
-        let prev = last_status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let status = core.status(&prev, &now());
-        if cp == last_cp && last_status.as_ref() != Some(&status) {
+        if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let mut obj = NodeTopology::new(&spec.name, Default::default());
             if let Some(Event::Spec(Some((s, g)))) = spec
                 .last_text
@@ -278,7 +253,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             obj.status = Some(status.clone());
             match serde_yaml::to_string(&obj) {
                 Ok(text) => match checkpoint::write_replace(status_path, text.as_bytes(), false) {
-                    Ok(()) => last_status = Some(status),
+                    Ok(()) => cycle.published(status),
                     Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
                 },
                 Err(e) => tracing::error!("serialising the status: {e}"),

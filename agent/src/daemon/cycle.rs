@@ -1,0 +1,77 @@
+//! One processing cycle, shared by the cluster and local shells: reconcile, checkpoint, and
+//! decide whether a new status must be published.
+//!
+//! Order is the invariant: the checkpoint is written before any status that shows its
+//! allocations, and a status is handed out only once the checkpoint it reflects is on disk,
+//! so a crash can never lose an allocation that was published.
+
+use std::path::PathBuf;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nodetopo_crds::NodeTopologyStatus;
+
+use super::checkpoint::{self, CheckpointData};
+use super::core::Core;
+use super::metrics::Metrics;
+
+/// What the shells remember between cycles.
+pub struct Cycle {
+    cp_path: PathBuf,
+    last_cp: Option<CheckpointData>,
+    last_status: Option<NodeTopologyStatus>,
+}
+
+impl Cycle {
+    /// A cycle writing its checkpoint to `cp_path`.
+    pub fn new(cp_path: PathBuf) -> Self {
+        Self {
+            cp_path,
+            last_cp: None,
+            last_status: None,
+        }
+    }
+
+    /// Reconciles `core`, saves a changed checkpoint, and returns the status to publish when
+    /// it differs from the last published one and its checkpoint is on disk. A failed save
+    /// is logged and retried next cycle; the status waits for it.
+    pub fn run(
+        &mut self,
+        core: &mut Core,
+        metrics: &Metrics,
+        now: &Time,
+    ) -> Option<NodeTopologyStatus> {
+        let started = std::time::Instant::now();
+        if core.reconcile() {
+            metrics.admission_duration(started.elapsed());
+        }
+        let cp = core.checkpoint();
+        if let Some(data) = cp.as_ref().filter(|_| cp != self.last_cp) {
+            match checkpoint::save(&self.cp_path, data) {
+                Ok(()) => self.last_cp = cp.clone(),
+                Err(e) => tracing::error!("{e}"),
+            }
+        }
+        let prev = self
+            .last_status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let status = core.status(&prev, now);
+        (cp == self.last_cp && self.last_status.as_ref() != Some(&status)).then_some(status)
+    }
+
+    /// Records that `status` was published (sent to the writer, or written to the file).
+    pub fn published(&mut self, status: NodeTopologyStatus) {
+        self.last_status = Some(status);
+    }
+
+    /// The last published status.
+    pub fn last_status(&self) -> Option<&NodeTopologyStatus> {
+        self.last_status.as_ref()
+    }
+}
+
+/// The wall clock, for condition timestamps (only the shells read it).
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
