@@ -53,6 +53,19 @@ pub struct PodInfo {
     pub terminal: bool,
 }
 
+impl PodInfo {
+    /// Converts one Kubernetes Pod (from the API or a YAML file); errors name the pod.
+    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, String> {
+        let pod = crate::pods::engine_pod(p).map_err(|e| e.to_string())?;
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        Ok(Self {
+            pod,
+            created: p.metadata.creation_timestamp.clone(),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+        })
+    }
+}
+
 /// What the core reacts to.
 #[derive(Debug, Clone)]
 // The single-pod events are what cluster mode's watch produces; local mode rescans.

@@ -22,22 +22,10 @@ use super::kubelet_state;
 use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
 use super::Args;
-use crate::pods::engine_pod;
 
 /// The watcher configuration of the node's pods.
 pub fn pod_watch_config(node: &str) -> watcher::Config {
     watcher::Config::default().fields(&format!("spec.nodeName={node}"))
-}
-
-/// Converts one Kubernetes Pod; errors name the pod.
-pub fn pod_info(p: &K8sPod) -> Result<PodInfo, String> {
-    let pod = engine_pod(p).map_err(|e| e.to_string())?;
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    Ok(PodInfo {
-        pod,
-        created: p.metadata.creation_timestamp.clone(),
-        terminal: matches!(phase, Some("Succeeded" | "Failed")),
-    })
 }
 
 /// Turns watcher events into core events: `Init`..`InitDone` become one `PodsSynced`.
@@ -57,7 +45,7 @@ impl PodEvents {
                 Vec::new()
             }
             watcher::Event::InitApply(p) => {
-                match pod_info(&p) {
+                match PodInfo::from_k8s(&p) {
                     Ok(info) => self.buffer.get_or_insert_with(Vec::new).push(info),
                     Err(e) => self.problems.push(e),
                 }
@@ -67,7 +55,7 @@ impl PodEvents {
                 Event::PodsSynced(self.buffer.take().unwrap_or_default()),
                 Event::PodProblems(self.problems.clone()),
             ],
-            watcher::Event::Apply(p) => match pod_info(&p) {
+            watcher::Event::Apply(p) => match PodInfo::from_k8s(&p) {
                 Ok(info) => vec![Event::PodUpsert(Box::new(info))],
                 Err(e) => {
                     self.problems.push(e);

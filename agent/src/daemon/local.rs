@@ -20,7 +20,7 @@ use super::cycle::{now, Cycle};
 use super::kubelet_state;
 use super::metrics::{self, Metrics};
 use super::Args;
-use crate::pods::{engine_pod, pods_from_yaml};
+use crate::pods::pods_from_yaml;
 
 /// One pod file as last seen.
 struct FileEntry {
@@ -48,17 +48,7 @@ fn is_pod_file(p: &Path) -> bool {
 /// Converts Kubernetes Pods (from YAML) into the core's pod records.
 pub fn pod_infos(text: &str) -> Result<Vec<PodInfo>, String> {
     let pods = pods_from_yaml(text).map_err(|e| e.to_string())?;
-    pods.iter()
-        .map(|p| {
-            let pod = engine_pod(p).map_err(|e| e.to_string())?;
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-            Ok(PodInfo {
-                pod,
-                created: p.metadata.creation_timestamp.clone(),
-                terminal: matches!(phase, Some("Succeeded" | "Failed")),
-            })
-        })
-        .collect()
+    pods.iter().map(PodInfo::from_k8s).collect()
 }
 
 impl PodDir {
