@@ -565,20 +565,14 @@ impl Core {
         if let Ok(Some(k)) = &self.kubelet {
             show_kubelet_assignments(&mut allocations, k, &self.topology);
         }
-        let pools = self.admitter.as_ref().map(|a| {
-            let p = a.pools();
-            PoolsReport {
-                reserved: p.reserved.to_string(),
-                shared: p.shared.to_string(),
-                exclusive: p.exclusive.to_string(),
-                free: p.free.to_string(),
-            }
+        let pools = self.pools();
+        let exclusive = pools.as_ref().map(|p| p.exclusive.len()).unwrap_or(0);
+        let pools = pools.map(|p| PoolsReport {
+            reserved: p.reserved.to_string(),
+            shared: p.shared.to_string(),
+            exclusive: p.exclusive.to_string(),
+            free: p.free.to_string(),
         });
-        let exclusive = self
-            .admitter
-            .as_ref()
-            .map(|a| a.pools().exclusive.len())
-            .unwrap_or(0);
         let aligned = allocations
             .iter()
             .filter(|a| a.aligned.numa_node && a.aligned.physical_cpu)
