@@ -3,7 +3,8 @@
 //! expectations leave open (overlapping and offline NUMA nodes), and a check that the vendored
 //! archives still match `../shared/sysfs` when that directory is present.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -384,19 +385,186 @@ fn malformed_files_are_errors_naming_the_file() {
     assert!(matches!(e, sysfs::SysfsError::NoOnlineCpus), "{e}");
 }
 
+/// One entry of a machine tree, as discovery sees it. Discovery never follows a link and
+/// only uses the names of `cpu/cpuN/nodeK` and `node/nodeK/cpuN` entries, so a link and a
+/// regular file holding the link's target (the "flattened" form some copies of the data
+/// use) are the same entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    Dir,
+    File(Vec<u8>),
+    Link(PathBuf),
+}
+
+/// Whether a path (relative to the data root) is one of sysfs's `cpu/cpuN/nodeK` or
+/// `node/nodeK/cpuN` links.
+fn is_link_shaped(rel: &Path) -> bool {
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let numbered = |s: &str, prefix: &str| {
+        s.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match parts.as_slice() {
+        [.., kind, dir, name] => {
+            (kind == "cpu" && numbered(dir, "cpu") && numbered(name, "node"))
+                || (kind == "node" && numbered(dir, "node") && numbered(name, "cpu"))
+        }
+        _ => false,
+    }
+}
+
+/// The entry a regular file stands for: a link where the path is link-shaped.
+fn file_entry(rel: &Path, bytes: Vec<u8>) -> Entry {
+    if is_link_shaped(rel) {
+        let text = String::from_utf8_lossy(&bytes);
+        Entry::Link(PathBuf::from(text.strip_suffix('\n').unwrap_or(&text)))
+    } else {
+        Entry::File(bytes)
+    }
+}
+
+/// Every entry of one archive, by path (the machine directory included).
+fn archive_entries(archive: &Path) -> Result<BTreeMap<PathBuf, Entry>, String> {
+    let what = |e: std::io::Error| format!("{}: {e}", archive.display());
+    let f = fs::File::open(archive).map_err(what)?;
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut out = BTreeMap::new();
+    for entry in ar.entries().map_err(what)? {
+        let mut entry = entry.map_err(what)?;
+        let rel = entry.path().map_err(what)?.into_owned();
+        let rel = rel.components().collect::<PathBuf>();
+        let e = match entry.header().entry_type() {
+            tar::EntryType::Directory => Entry::Dir,
+            tar::EntryType::Regular => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(what)?;
+                file_entry(&rel, bytes)
+            }
+            tar::EntryType::Symlink => Entry::Link(
+                entry
+                    .link_name()
+                    .map_err(what)?
+                    .ok_or_else(|| format!("{}: symlink without a target", rel.display()))?
+                    .into_owned(),
+            ),
+            other => return Err(format!("{}: unexpected entry type {other:?}", rel.display())),
+        };
+        out.insert(rel, e);
+    }
+    Ok(out)
+}
+
+/// Every entry of `root/machine` on disk, by path relative to `root`. Links are read, never
+/// followed (real sysfs links form cycles).
+fn tree_entries(root: &Path, machine: &str) -> Result<BTreeMap<PathBuf, Entry>, String> {
+    let what = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::from(machine)];
+    while let Some(rel) = stack.pop() {
+        let path = root.join(&rel);
+        let meta = fs::symlink_metadata(&path).map_err(|e| what(&path, e))?;
+        let ft = meta.file_type();
+        let e = if ft.is_symlink() {
+            Entry::Link(fs::read_link(&path).map_err(|e| what(&path, e))?)
+        } else if ft.is_dir() {
+            for child in fs::read_dir(&path).map_err(|e| what(&path, e))? {
+                let child = child.map_err(|e| what(&path, e))?;
+                stack.push(rel.join(child.file_name()));
+            }
+            Entry::Dir
+        } else if ft.is_file() {
+            file_entry(&rel, fs::read(&path).map_err(|e| what(&path, e))?)
+        } else {
+            return Err(format!("{}: neither file, directory nor link", path.display()));
+        };
+        out.insert(rel, e);
+    }
+    Ok(out)
+}
+
+/// The differences between two entry maps (at most `limit` lines, then a count).
+fn differences(
+    archive: &BTreeMap<PathBuf, Entry>,
+    disk: &BTreeMap<PathBuf, Entry>,
+    limit: usize,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, a) in archive {
+        match disk.get(p) {
+            None => out.push(format!("{}: in the archive, not on disk", p.display())),
+            Some(d) if d != a => out.push(format!(
+                "{}: archive has {}, disk has {}",
+                p.display(),
+                describe(a),
+                describe(d)
+            )),
+            Some(_) => {}
+        }
+    }
+    for p in disk.keys().filter(|p| !archive.contains_key(*p)) {
+        out.push(format!("{}: on disk, not in the archive", p.display()));
+    }
+    if out.len() > limit {
+        let more = out.len() - limit;
+        out.truncate(limit);
+        out.push(format!("... and {more} more"));
+    }
+    out
+}
+
+fn describe(e: &Entry) -> String {
+    match e {
+        Entry::Dir => "a directory".into(),
+        Entry::File(b) => format!("a {}-byte file", b.len()),
+        Entry::Link(t) => format!("a link to {}", t.display()),
+    }
+}
+
+/// Compares every archive with its machine under `root`; returns (entries compared, problems).
+fn compare_with(root: &Path, archives: &[PathBuf]) -> (usize, Vec<String>) {
+    let mut compared = 0;
+    let mut problems = Vec::new();
+    for a in archives {
+        let name = machine_name(a);
+        let got = archive_entries(a).and_then(|ar| Ok((ar, tree_entries(root, &name)?)));
+        match got {
+            Ok((ar, disk)) => {
+                compared += ar.len();
+                problems.extend(
+                    differences(&ar, &disk, 10)
+                        .into_iter()
+                        .map(|d| format!("{name}: {d}")),
+                );
+            }
+            Err(e) => problems.push(format!("{name}: {e}")),
+        }
+    }
+    (compared, problems)
+}
+
+/// A skipped check says so where `cargo test` shows it: the harness captures `println!`
+/// of passing tests, not writes to the stderr handle.
+fn skipped(why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// Where `../shared/sysfs` (or `$NODETOPO_SHARED_SYSFS`) exists, every archive must hold
-/// exactly its files, byte for byte. Link-shaped files stored there as regular files holding
-/// the target are symlinks in the archive (see pack.sh).
+/// exactly its entries, compared as discovery reads them: file contents byte for byte, and
+/// the `cpuN/nodeK`, `nodeK/cpuN` links by target, whether either side stores them as
+/// symlinks (real sysfs, the upstream dumps) or as regular files holding the target.
 #[test]
 fn vendored_archives_match_shared_sysfs() {
     let shared = std::env::var_os("NODETOPO_SHARED_SYSFS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/sysfs"));
     if !shared.is_dir() {
-        println!(
-            "skipped: {} not found (set NODETOPO_SHARED_SYSFS)",
+        skipped(&format!(
+            "vendored_archives_match_shared_sysfs: {} not found (set NODETOPO_SHARED_SYSFS)",
             shared.display()
-        );
+        ));
         return;
     }
     let mut machines: Vec<String> = fs::read_dir(&shared)
@@ -406,58 +574,94 @@ fn vendored_archives_match_shared_sysfs() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     machines.sort();
-    let vendored: Vec<String> = archives().iter().map(|a| machine_name(a)).collect();
+    let archives = archives();
+    let vendored: Vec<String> = archives.iter().map(|a| machine_name(a)).collect();
     assert_eq!(
         vendored,
         machines,
         "vendored machines differ from {}",
         shared.display()
     );
-    for a in archives() {
-        let mut count = 0usize;
-        let f = fs::File::open(&a).unwrap();
-        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
-        for entry in ar.entries().unwrap() {
-            let mut entry = entry.unwrap();
-            let rel = entry.path().unwrap().into_owned();
-            let on_disk = shared.join(&rel);
-            let meta = fs::symlink_metadata(&on_disk)
-                .unwrap_or_else(|e| panic!("{}: {e}", on_disk.display()));
-            count += 1;
-            match entry.header().entry_type() {
-                tar::EntryType::Directory => assert!(meta.is_dir(), "{}", rel.display()),
-                tar::EntryType::Regular => {
-                    let mut bytes = Vec::new();
-                    std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
-                    assert!(meta.is_file(), "{}", rel.display());
-                    assert_eq!(bytes, fs::read(&on_disk).unwrap(), "{}", rel.display());
-                }
-                tar::EntryType::Symlink => {
-                    let target = entry.link_name().unwrap().unwrap().into_owned();
-                    let disk_target = if meta.file_type().is_symlink() {
-                        fs::read_link(&on_disk).unwrap()
-                    } else {
-                        PathBuf::from(fs::read_to_string(&on_disk).unwrap())
-                    };
-                    assert_eq!(target, disk_target, "{}", rel.display());
-                }
-                other => panic!("{}: unexpected entry type {other:?}", rel.display()),
-            }
-        }
-        // Nothing on disk is missing from the archive.
-        let root = shared.join(machine_name(&a));
-        let mut on_disk = 1usize;
-        let mut stack = vec![root];
-        while let Some(d) = stack.pop() {
-            for e in fs::read_dir(&d).unwrap() {
-                let e = e.unwrap();
-                on_disk += 1;
-                if e.file_type().unwrap().is_dir() {
-                    stack.push(e.path());
+    let (compared, problems) = compare_with(&shared, &archives);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    println!(
+        "vendored archives match {}: {} machines, {compared} entries",
+        shared.display(),
+        archives.len()
+    );
+}
+
+/// Rewrites every link-shaped entry under `dir` into the other form: symlinks become regular
+/// files holding the target ("flattened"), or regular files holding a target become symlinks.
+fn convert_links(root: &Path, to_symlinks: bool) -> usize {
+    let mut n = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            let rel = p.strip_prefix(root).unwrap();
+            if ft.is_dir() {
+                stack.push(p);
+            } else if is_link_shaped(rel) {
+                if to_symlinks && ft.is_file() {
+                    let target = fs::read_to_string(&p).unwrap();
+                    fs::remove_file(&p).unwrap();
+                    std::os::unix::fs::symlink(target.trim_end_matches('\n'), &p).unwrap();
+                    n += 1;
+                } else if !to_symlinks && ft.is_symlink() {
+                    let target = fs::read_link(&p).unwrap();
+                    fs::remove_file(&p).unwrap();
+                    fs::write(&p, target.to_string_lossy().as_bytes()).unwrap();
+                    n += 1;
                 }
             }
         }
-        assert_eq!(count, on_disk, "{}: entry count differs", a.display());
     }
-    println!("vendored archives match {}", shared.display());
+    n
+}
+
+/// The comparison accepts both forms of the data and still sees a changed byte, a changed
+/// link target and a missing entry.
+#[test]
+fn archive_comparison_accepts_both_link_forms_and_finds_differences() {
+    // Machines whose archives hold links in both shapes: `../../node/nodeK` symlinks, and
+    // regular files holding `.` (amd-opteron865) that upstream dumps have as symlinks.
+    let names = ["amd-opteron865-8s-8n-nol3", "intel-skylake-silver4108-2s"];
+    let archives: Vec<PathBuf> = names
+        .iter()
+        .map(|n| data_dir().join(format!("{n}.tar.gz")))
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    for a in &archives {
+        unpack(a, tmp.path());
+    }
+    let (unpacked, problems) = compare_with(tmp.path(), &archives);
+    assert!(problems.is_empty(), "as unpacked: {problems:?}");
+    assert!(unpacked > 1000, "compared only {unpacked} entries");
+
+    let made_links = convert_links(tmp.path(), true);
+    assert!(made_links >= 16, "only {made_links} files turned into links");
+    let (_, problems) = compare_with(tmp.path(), &archives);
+    assert!(problems.is_empty(), "with real symlinks: {problems:?}");
+
+    let flattened = convert_links(tmp.path(), false);
+    assert!(flattened > made_links, "flattened only {flattened}");
+    let (_, problems) = compare_with(tmp.path(), &archives);
+    assert!(problems.is_empty(), "flattened: {problems:?}");
+    println!(
+        "archive comparison: {unpacked} entries, {flattened} links, passes as symlinks and flattened"
+    );
+
+    let m = tmp.path().join("intel-skylake-silver4108-2s/sys/devices/system");
+    fs::write(m.join("cpu/cpu3/topology/core_id"), "99\n").unwrap();
+    fs::write(m.join("cpu/cpu0/node0"), "../../node/node1").unwrap();
+    fs::remove_file(m.join("node/node1/cpulist")).unwrap();
+    let (_, problems) = compare_with(tmp.path(), &archives);
+    let text = problems.join("\n");
+    assert_eq!(problems.len(), 3, "{text}");
+    assert!(text.contains("cpu3/topology/core_id: archive has a 2-byte file, disk has a 3-byte file"), "{text}");
+    assert!(text.contains("cpu0/node0: archive has a link to ../../node/node0, disk has a link to ../../node/node1"), "{text}");
+    assert!(text.contains("node1/cpulist: in the archive, not on disk"), "{text}");
 }
