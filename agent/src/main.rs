@@ -1,15 +1,11 @@
-//! nodetopo-agent: the node agent (`run`) and the offline commands `discover`, `plan` and
-//! `conformance`, which need no cluster.
+//! nodetopo-agent: the node agent (`run`) and, from the `nodetopo-cli` crate, the offline
+//! commands `discover`, `plan` and `conformance`, which need no cluster.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod conformance;
 mod daemon;
-mod discover;
-mod plan;
-mod pods;
 
 /// nodetopo node agent and offline CPU-placement tools.
 #[derive(Debug, Parser)]
@@ -21,12 +17,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print this machine's (or a sysfs tree's) CPU topology.
-    Discover(discover::Args),
-    /// Show where containers would land under each CPU/topology-manager policy.
-    Plan(plan::Args),
-    /// Evaluate kubelet test-vector files against the engine.
-    Conformance(conformance::Args),
+    /// The offline commands, the same as the `nodetopo` binary's.
+    #[command(flatten)]
+    Offline(nodetopo_cli::Command),
     /// Run the node agent (in a cluster, or with --local on files).
     Run(Box<daemon::Args>),
 }
@@ -34,9 +27,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Discover(a) => discover::run(a),
-        Command::Plan(a) => plan::run(a),
-        Command::Conformance(a) => conformance::run(a),
+        Command::Offline(c) => c.run(),
         Command::Run(a) => daemon::run(*a),
     };
     match result {

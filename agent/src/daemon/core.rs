@@ -24,6 +24,7 @@ use nodetopo_crds::{
     KubeletAssignment, KubeletObserved, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
     PoolsReport,
 };
+use nodetopo_cli::pods::manifest;
 use nodetopo_engine::admission::NodeAdmitter;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
@@ -54,15 +55,76 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
-    /// Converts one Kubernetes Pod (from the API or a YAML file); errors name the pod.
+    /// Converts one Pod from the API server; errors name the pod. The fields placement
+    /// reads are copied into the YAML shape first, so both shells share one conversion
+    /// ([`PodInfo::from_manifest`]).
     pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, String> {
-        let pod = crate::pods::engine_pod(p).map_err(|e| e.to_string())?;
+        Self::from_manifest(&manifest_of(p))
+    }
+
+    /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
+    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, String> {
+        let pod = nodetopo_cli::pods::engine_pod(p).map_err(|e| e.to_string())?;
+        let created = match &p.metadata.creation_timestamp {
+            None => None,
+            Some(t) => Some(Time(t.0.parse().map_err(|e| {
+                format!(
+                    "pod {}: metadata.creationTimestamp {:?} is not an RFC 3339 time: {e}",
+                    pod.key(),
+                    t.0
+                )
+            })?)),
+        };
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         Ok(Self {
-            pod,
-            created: p.metadata.creation_timestamp.clone(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            pod,
+            created,
         })
+    }
+}
+
+/// The fields of an API Pod that placement reads, in the YAML shape.
+fn manifest_of(p: &k8s_openapi::api::core::v1::Pod) -> manifest::Pod {
+    use k8s_openapi::api::core::v1::{Container as K8sContainer, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let quantities = |m: &Option<BTreeMap<String, Quantity>>| {
+        m.as_ref().map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), manifest::Quantity(v.0.clone())))
+                .collect()
+        })
+    };
+    let resources = |r: &ResourceRequirements| manifest::ResourceRequirements {
+        limits: quantities(&r.limits),
+        requests: quantities(&r.requests),
+    };
+    let container = |c: &K8sContainer| manifest::Container {
+        name: c.name.clone(),
+        resources: c.resources.as_ref().map(resources),
+        restart_policy: c.restart_policy.clone(),
+    };
+    manifest::Pod {
+        metadata: manifest::ObjectMeta {
+            name: p.metadata.name.clone(),
+            namespace: p.metadata.namespace.clone(),
+            uid: p.metadata.uid.clone(),
+            creation_timestamp: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| manifest::Time(t.0.to_string())),
+        },
+        spec: p.spec.as_ref().map(|s| manifest::PodSpec {
+            containers: s.containers.iter().map(container).collect(),
+            init_containers: s
+                .init_containers
+                .as_ref()
+                .map(|cs| cs.iter().map(container).collect()),
+        }),
+        status: p.status.as_ref().map(|s| manifest::PodStatus {
+            phase: s.phase.clone(),
+        }),
     }
 }
 

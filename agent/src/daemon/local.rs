@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use nodetopo_cli::pods::pods_from_yaml;
 use nodetopo_crds::NodeTopology;
 
 use super::checkpoint;
@@ -20,7 +21,6 @@ use super::cycle::{now, Cycle};
 use super::kubelet_state;
 use super::metrics::{self, Metrics};
 use super::Args;
-use crate::pods::pods_from_yaml;
 
 /// One pod file as last seen.
 struct FileEntry {
@@ -48,7 +48,7 @@ fn is_pod_file(p: &Path) -> bool {
 /// Converts Kubernetes Pods (from YAML) into the core's pod records.
 pub fn pod_infos(text: &str) -> Result<Vec<PodInfo>, String> {
     let pods = pods_from_yaml(text).map_err(|e| e.to_string())?;
-    pods.iter().map(PodInfo::from_k8s).collect()
+    pods.iter().map(PodInfo::from_manifest).collect()
 }
 
 impl PodDir {

@@ -8,13 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container as K8sContainer, Pod as K8sPod, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use manifest::{Container as K8sContainer, Pod as K8sPod, Quantity as K8sQuantity};
+use manifest::{ObjectMeta, PodSpec};
 use nodetopo_engine::quantity::{self, QuantityError};
 use nodetopo_engine::{Container, Pod, ResourceList};
 use serde::Deserialize;
 use serde_yaml::Value;
+
+pub mod manifest;
 
 /// Why a Pod (or a YAML document) could not be converted.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn plan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodetopo-agent"))
+    Command::new(env!("CARGO_BIN_EXE_nodetopo"))
         .arg("plan")
         .args(args)
         .output()

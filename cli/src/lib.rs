@@ -1,0 +1,71 @@
+//! nodetopo's offline commands: `discover`, `plan` and `conformance`, which need no cluster.
+//!
+//! This crate depends on the engine and on nothing of Kubernetes' client stack (no kube, no
+//! k8s-openapi, no tokio), so `cargo run -p nodetopo-cli -- plan` builds in about a minute.
+//! The binaries `nodetopo` and `kubectl-nodetopo` (the kubectl plugin name) run [`main`];
+//! the agent binary offers the same subcommands by flattening [`Command`] into its own.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+pub mod conformance;
+pub mod discover;
+pub mod plan;
+pub mod pods;
+
+/// The offline subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print this machine's (or a sysfs tree's) CPU topology.
+    Discover(discover::Args),
+    /// Show where containers would land under each CPU/topology-manager policy.
+    Plan(Box<plan::Args>),
+    /// Evaluate kubelet test-vector files against the engine.
+    Conformance(conformance::Args),
+}
+
+impl Command {
+    /// Runs the subcommand.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Discover(a) => discover::run(a),
+            Command::Plan(a) => plan::run(*a),
+            Command::Conformance(a) => conformance::run(a),
+        }
+    }
+}
+
+/// nodetopo: where would containers land on this machine, under each kubelet CPU and
+/// topology-manager policy? Offline: no cluster needed.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Examples shown by `--help`.
+pub const EXAMPLES: &str = "Examples:
+  nodetopo plan                                      # this machine, a demo workload
+  nodetopo plan --preset list                        # the built-in machines
+  nodetopo plan --preset kep-4800-example --reserved 0-1 --containers 4,4,4
+  nodetopo plan --pods examples/pods/web.yaml --preset epyc-9654-2p-nps2
+  nodetopo discover --sysfs-root ../shared/sysfs/amd-ryzen5-1600/sys
+  nodetopo conformance engine/tests/vectors";
+
+/// Parses the command line and runs it; `name` is the program name in messages.
+pub fn main(name: &'static str) -> ExitCode {
+    let matches = Cli::command().name(name).bin_name(name).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command.run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
