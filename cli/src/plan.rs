@@ -13,15 +13,22 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
+use nodetopo_engine::admission::{
+    CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, Pools,
+};
+use nodetopo_engine::cpumanager::options::OPTION_NAMES;
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
+use nodetopo_engine::topologymanager::options::{
+    MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
+};
 use nodetopo_engine::topologymanager::providers::device::DeviceSpec;
 use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod};
 
-mod render;
+pub mod explain;
+pub mod render;
 mod workload;
 
 pub use workload::{containers_workload, demo_workload};
@@ -42,8 +49,72 @@ pub struct Args {
     #[command(flatten)]
     pub managers: Box<ManagerArgs>,
     /// Output format.
-    #[arg(short = 'o', long, value_name = "FORMAT", default_value = "table")]
-    pub output: String,
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Show, for one container (`NAMESPACE/POD/CONTAINER` or `POD/CONTAINER` in namespace
+    /// default), every hint provider's hints and the topology manager's merge, per variant.
+    #[arg(long, value_name = "POD/CONTAINER")]
+    pub explain: Option<String>,
+}
+
+/// Output formats of `plan`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Tables for people.
+    #[default]
+    Table,
+    /// The JSON document of DESIGN.md (`topology`, `variants`).
+    Json,
+}
+
+/// The default variants, by name (`--policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VariantName {
+    /// No CPU manager option.
+    Packed,
+    /// prefer-align-cpus-by-uncorecache.
+    UncoreAligned,
+    /// distribute-cpus-across-numa.
+    NumaDistributed,
+    /// distribute-cpus-across-cores.
+    CoresDistributed,
+}
+
+/// Topology manager policies (`--topology-manager-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TmPolicyArg {
+    /// No NUMA alignment (the kubelet's default).
+    None,
+    /// Prefer aligned placements, admit anyway.
+    BestEffort,
+    /// Admit only preferred (aligned) placements.
+    Restricted,
+    /// Admit only placements within one NUMA node.
+    SingleNumaNode,
+}
+
+/// Topology manager scopes (`--topology-manager-scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TmScopeArg {
+    /// Align each container on its own.
+    Container,
+    /// Align all containers of a pod together.
+    Pod,
+}
+
+/// Memory Manager policies (`--memory-manager-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemoryPolicyArg {
+    /// Memory is not a hint provider.
+    None,
+    /// Memory (and huge pages) give NUMA hints, as the kubelet's Static policy.
+    Static,
+}
+
+fn value_name(v: &impl clap::ValueEnum) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
 }
 
 /// The workload and CPU manager arguments of `plan` (boxed in [`Args`]).
@@ -64,11 +135,13 @@ pub struct CpuArgs {
     /// Number of reserved CPUs, taken topologically as the kubelet does (default 1).
     #[arg(long, value_name = "N")]
     pub reserved_count: Option<usize>,
-    /// One of the default variants only: packed, uncore-aligned, numa-distributed,
-    /// cores-distributed.
-    #[arg(long, value_name = "VARIANT")]
-    pub policy: Option<String>,
-    /// CPU manager policy option, e.g. `full-pcpus-only=true` (repeatable).
+    /// One of the default variants only (default: all four side by side).
+    #[arg(long, value_enum, value_name = "VARIANT")]
+    pub policy: Option<VariantName>,
+    /// CPU manager policy option, e.g. `full-pcpus-only=true` (repeatable). Names:
+    /// full-pcpus-only, distribute-cpus-across-numa, align-by-socket,
+    /// distribute-cpus-across-cores, strict-cpu-reservation, prefer-align-cpus-by-uncorecache;
+    /// values as the kubelet reads them (true/false, 1/0, t/f, TRUE/FALSE, True/False).
     #[arg(long = "option", value_name = "NAME=VALUE")]
     pub options: Vec<String>,
 }
@@ -77,19 +150,21 @@ pub struct CpuArgs {
 /// to keep the subcommand enum small).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ManagerArgs {
-    /// Topology manager policy: none, best-effort, restricted, single-numa-node.
-    #[arg(long, value_name = "POLICY")]
-    pub topology_manager_policy: Option<String>,
-    /// Topology manager scope: container or pod.
-    #[arg(long, value_name = "SCOPE")]
-    pub topology_manager_scope: Option<String>,
-    /// Topology manager option, e.g. `prefer-closest-numa-nodes=true` (repeatable).
+    /// Topology manager policy [default: best-effort, to show alignment; the kubelet's
+    /// default is none].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub topology_manager_policy: Option<TmPolicyArg>,
+    /// Topology manager scope [default: container, as the kubelet].
+    #[arg(long, value_enum, value_name = "SCOPE")]
+    pub topology_manager_scope: Option<TmScopeArg>,
+    /// Topology manager option (repeatable): `prefer-closest-numa-nodes=true` or
+    /// `max-allowable-numa-nodes=N`.
     #[arg(long = "topology-manager-option", value_name = "NAME=VALUE")]
     pub topology_manager_options: Vec<String>,
-    /// Memory Manager policy: `static` (default when every NUMA node's memory is known) or
-    /// `none`.
-    #[arg(long, value_name = "POLICY")]
-    pub memory_manager_policy: Option<String>,
+    /// Memory Manager policy [default: static when every NUMA node's memory size is known,
+    /// else none].
+    #[arg(long, value_enum, ignore_case = true, value_name = "POLICY")]
+    pub memory_manager_policy: Option<MemoryPolicyArg>,
     /// Devices of an extended resource with their NUMA nodes:
     /// `example.com/gpu=0:2,1:2` (two on node 0, two on node 1; `-1:N` = no affinity).
     #[arg(long = "device", value_name = "RESOURCE=NODE:COUNT,...")]
@@ -131,8 +206,19 @@ pub struct VariantResult {
     pub allocations: Vec<AllocationReport>,
     /// Rejections, in admission order.
     pub rejections: Vec<RejectionReport>,
+    /// What each rejection had to work with, in the order of `rejections`.
+    pub rejection_context: Vec<RejectionContext>,
+    /// The CPU pools before and after admitting the workload (`None` with `error`).
+    pub pools: Option<(Pools, Pools)>,
     /// Set when the configuration itself is invalid on this machine.
     pub error: Option<String>,
+}
+
+/// The free CPUs a rejected pod met: the numbers a rejection message is explained with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectionContext {
+    /// Free (assignable) CPUs per NUMA node just before the pod was tried: (node id, count).
+    pub free_by_numa: Vec<(usize, usize)>,
 }
 
 /// Everything `plan` computed.
@@ -162,25 +248,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let text = match args.output.as_str() {
-        "table" | "json" => {
-            let plan = build(&args)?;
-            if args.output == "json" {
-                render::json(&plan)? + "\n"
-            } else {
-                render::table(&plan)
-            }
-        }
-        other => bail!("unknown output format {other:?} for -o: expected table or json"),
+    let plan = build(&args)?;
+    let text = match (args.output, &args.explain) {
+        (_, Some(target)) => explain::explain(&plan, target)?,
+        (OutputFormat::Json, None) => render::json(&plan)? + "\n",
+        (OutputFormat::Table, None) => render::table(&plan),
     };
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         // A closed pipe (`plan | head`) is not an error worth a message.
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(e).context("writing the plan to stdout")
+            return Err(e).context("writing the plan to stdout")
         }
-        _ => Ok(ExitCode::SUCCESS),
+        _ => {}
     }
+    // A configuration no variant can run is an error, not a table of refusals.
+    if let Some(first) = plan.results.iter().find_map(|r| r.error.as_ref()) {
+        if plan.results.iter().all(|r| r.error.is_some()) {
+            bail!(
+                "no variant can run on this machine (CPUs {}): {first}",
+                plan.topology.all_cpus()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Reads the inputs and computes every variant.
@@ -260,14 +351,28 @@ pub fn admit_all(topology: &CpuTopology, pods: &[Pod], variant: Variant) -> Vari
                 variant,
                 allocations: Vec::new(),
                 rejections: Vec::new(),
+                rejection_context: Vec::new(),
+                pools: None,
                 error: Some(e.to_string()),
             }
         }
     };
+    let start = admitter.pools();
     let mut allocations = Vec::new();
     let mut rejections = Vec::new();
+    let mut rejection_context = Vec::new();
     for p in pods {
+        let free = admitter.pools().free;
         let r = admitter.admit(p);
+        for _ in &r.rejections {
+            rejection_context.push(RejectionContext {
+                free_by_numa: topology
+                    .numa_nodes()
+                    .iter()
+                    .map(|n| (n.id, n.cpus.intersection(&free).len()))
+                    .collect(),
+            });
+        }
         allocations.extend(r.allocations);
         rejections.extend(r.rejections);
     }
@@ -275,6 +380,8 @@ pub fn admit_all(topology: &CpuTopology, pods: &[Pod], variant: Variant) -> Vari
         variant,
         allocations,
         rejections,
+        rejection_context,
+        pools: Some((start, admitter.pools())),
         error: None,
     }
 }
@@ -293,6 +400,61 @@ fn key_values(flag: &str, items: &[String]) -> anyhow::Result<BTreeMap<String, S
     Ok(out)
 }
 
+/// The kind of value an option takes.
+#[derive(Clone, Copy)]
+enum OptionValue {
+    Bool,
+    Count,
+}
+
+/// The CPU manager options `--option` knows.
+const CPU_OPTIONS: [(&str, OptionValue); 6] = [
+    (OPTION_NAMES[0], OptionValue::Bool),
+    (OPTION_NAMES[1], OptionValue::Bool),
+    (OPTION_NAMES[2], OptionValue::Bool),
+    (OPTION_NAMES[3], OptionValue::Bool),
+    (OPTION_NAMES[4], OptionValue::Bool),
+    (OPTION_NAMES[5], OptionValue::Bool),
+];
+
+/// The topology-manager options `--topology-manager-option` knows.
+const TM_OPTIONS: [(&str, OptionValue); 2] = [
+    (PREFER_CLOSEST_NUMA_NODES, OptionValue::Bool),
+    (MAX_ALLOWABLE_NUMA_NODES, OptionValue::Count),
+];
+
+/// The booleans the kubelet accepts (Go's `strconv.ParseBool`).
+pub const KUBELET_BOOLS: [&str; 12] = [
+    "true", "false", "1", "0", "t", "f", "T", "F", "TRUE", "FALSE", "True", "False",
+];
+
+/// Checks an option's name and value before the engine sees it, so the message can list
+/// what is valid (the engine's own messages are the kubelet's, word for word).
+fn check_option(
+    flag: &str,
+    name: &str,
+    value: &str,
+    known: &[(&str, OptionValue)],
+) -> anyhow::Result<()> {
+    let Some((_, kind)) = known.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+        bail!(
+            "{flag} {name}={value}: unknown option {name:?}; known options: {}",
+            names.join(", ")
+        );
+    };
+    match kind {
+        OptionValue::Bool if !KUBELET_BOOLS.contains(&value) => bail!(
+            "{flag} {name}={value}: {value:?} is not a boolean; the kubelet accepts {}",
+            KUBELET_BOOLS.join(", ")
+        ),
+        OptionValue::Count if value.parse::<usize>().is_err() => {
+            bail!("{flag} {name}={value}: {value:?} is not a whole number (e.g. {name}=16)")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Builds the variants: the four defaults, or one when a variant (`--policy`), a CPU
 /// option or a topology-manager setting is given explicitly.
 fn variants(
@@ -302,20 +464,22 @@ fn variants(
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Variant>> {
     let user_options = key_values("--option", &args.cpu.options)?;
+    for (k, v) in &user_options {
+        check_option("--option", k, v, &CPU_OPTIONS)?;
+    }
     let mut tm_map = key_values(
         "--topology-manager-option",
         &args.managers.topology_manager_options,
     )?;
+    for (k, v) in &tm_map {
+        check_option("--topology-manager-option", k, v, &TM_OPTIONS)?;
+    }
     let tm_policy: TmPolicy = match &args.managers.topology_manager_policy {
-        Some(p) => p
-            .parse()
-            .with_context(|| format!("--topology-manager-policy {p:?}"))?,
+        Some(p) => value_name(p).parse().context("--topology-manager-policy")?,
         None => DEFAULT_TM_POLICY,
     };
     let tm_scope: TmScope = match &args.managers.topology_manager_scope {
-        Some(s) => s
-            .parse()
-            .with_context(|| format!("--topology-manager-scope {s:?}"))?,
+        Some(s) => value_name(s).parse().context("--topology-manager-scope")?,
         None => TmScope::Container,
     };
     let numa_count = topology.numa_nodes().len();
@@ -348,9 +512,9 @@ fn variants(
         || !args.managers.topology_manager_options.is_empty();
     let chosen: Vec<(String, Vec<&str>)> = match (&args.cpu.policy, explicit) {
         (Some(name), _) => {
-            let Some((n, opts)) = DEFAULT_VARIANTS.iter().find(|(n, _)| n == name) else {
-                let valid: Vec<&str> = DEFAULT_VARIANTS.iter().map(|(n, _)| *n).collect();
-                bail!("unknown --policy {name:?}; valid: {}", valid.join(", "));
+            let name = value_name(name);
+            let Some((n, opts)) = DEFAULT_VARIANTS.iter().find(|(n, _)| *n == name) else {
+                bail!("--policy {name:?} has no default variant");
             };
             vec![(n.to_string(), opts.to_vec())]
         }
@@ -392,14 +556,14 @@ fn memory_config(
         .numa_nodes()
         .iter()
         .all(|n| n.memory_bytes.is_some());
-    let policy = args
-        .managers
-        .memory_manager_policy
-        .clone()
-        .unwrap_or_else(|| if known { "static" } else { "none" }.to_string());
-    match policy.as_str() {
-        "none" | "None" => Ok(MemoryManagerConfig::None),
-        "static" | "Static" => {
+    let policy = args.managers.memory_manager_policy.unwrap_or(if known {
+        MemoryPolicyArg::Static
+    } else {
+        MemoryPolicyArg::None
+    });
+    match policy {
+        MemoryPolicyArg::None => Ok(MemoryManagerConfig::None),
+        MemoryPolicyArg::Static => {
             if !known {
                 bail!("--memory-manager-policy static needs every NUMA node's memory size, which this topology lacks");
             }
@@ -418,7 +582,6 @@ fn memory_config(
             }
             Ok(MemoryManagerConfig::Static { reserved })
         }
-        other => bail!("unknown --memory-manager-policy {other:?}: expected none or static"),
     }
 }
 

@@ -261,8 +261,33 @@ fn sysfs_tree_and_demo_workload() {
     let r = root.to_str().expect("utf-8 path");
     let table = ok(&["--sysfs-root", r]);
     assert!(table.contains("default/c1"), "{table}");
-    assert!(table.contains("admitted (shared pool)"), "{table}");
-    assert!(table.contains("== side by side"), "{table}");
+    // The four variants place this workload alike: one table naming them all.
+    assert!(
+        table.contains(
+            "== packed, uncore-aligned, numa-distributed, cores-distributed (4 variants, identical results)"
+        ),
+        "{table}"
+    );
+    assert_eq!(table.matches("POD  ").count(), 1, "{table}");
+    assert!(!table.contains("== side by side"), "{table}");
+    // Which CPU is reserved, what the shared pool is, why each container landed where it did.
+    assert!(
+        table.contains(
+            "CPUs: reserved 0 (1 taken topologically, as the kubelet does); shared pool 0-1 "
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("shared pool: pod is Burstable, not Guaranteed: container main requests 500m CPU but its limit is 1"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "asked for 2 CPUs and 256Mi of memory; free CPUs before this pod: 0 (node 0: 0)"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("legend:"), "{table}");
     let doc = json(&["--sysfs-root", r]);
     assert_eq!(doc["variants"].as_array().map(Vec::len), Some(4));
     assert_eq!(allocation(&doc["variants"][0], "default/c1")["cpus"], "1");
@@ -294,4 +319,120 @@ fn bad_input_is_named() {
             .contains("/nonexistent/pods.yaml")
     );
     assert!(err(&["--preset", "graviton3", "-o", "yaml"]).contains("yaml"));
+}
+
+#[test]
+fn rejections_carry_numbers_and_explain_shows_the_merge() {
+    let args = [
+        "--preset",
+        "epyc-7303-2p",
+        "--containers",
+        "24,40",
+        "--topology-manager-policy",
+        "restricted",
+    ];
+    let table = ok(&args);
+    assert!(
+        table.contains(
+            "asked for 40 CPUs and 256Mi of memory; free CPUs before this pod: 39 (node 0: 7, node 1: 32); the best NUMA node, 1, had 32"
+        ),
+        "{table}"
+    );
+    let mut with = args.to_vec();
+    with.extend(["--explain", "c2/main"]);
+    let text = ok(&with);
+    assert!(
+        text.contains("  cpu      cpu: no hint: cannot be satisfied"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  merge    restricted: {0,1} non-pref -> not admitted (TopologyAffinityError)"
+        ),
+        "{text}"
+    );
+    let text = ok(&[
+        "--preset",
+        "epyc-7303-2p",
+        "--containers",
+        "24",
+        "--explain",
+        "default/c1/main",
+    ]);
+    assert!(
+        text.contains("  cpu      cpu: {0} pref, {1} pref, {0,1} non-pref"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  merge    best-effort: {0} pref -> admitted"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("  merge ").count(),
+        3,
+        "identical variants fold: {text}"
+    );
+}
+
+#[test]
+fn invalid_values_list_the_valid_ones() {
+    let err = |args: &[&str]| {
+        let out = plan(args);
+        assert!(!out.status.success(), "plan {args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = err(&[
+        "--preset",
+        "graviton3",
+        "--topology-manager-policy",
+        "single-numa",
+    ]);
+    assert!(
+        e.contains("[possible values: none, best-effort, restricted, single-numa-node]"),
+        "{e}"
+    );
+    let e = err(&["--preset", "graviton3", "--topology-manager-scope", "pods"]);
+    assert!(e.contains("[possible values: container, pod]"), "{e}");
+    let e = err(&["--preset", "graviton3", "--option", "bogus=1"]);
+    assert!(
+        e.contains("known options: full-pcpus-only, distribute-cpus-across-numa"),
+        "{e}"
+    );
+    let e = err(&["--preset", "graviton3", "--option", "full-pcpus-only=yes"]);
+    assert!(
+        e.contains("\"yes\" is not a boolean; the kubelet accepts true, false, 1, 0"),
+        "{e}"
+    );
+    let e = err(&[
+        "--preset",
+        "graviton3",
+        "--topology-manager-option",
+        "max-allowable-numa-nodes=x",
+    ]);
+    assert!(e.contains("is not a whole number"), "{e}");
+    let e = err(&["--preset", "graviton3", "--explain", "c1"]);
+    assert!(e.contains("expected POD/CONTAINER"), "{e}");
+    // Every kubelet spelling of a boolean is accepted.
+    for b in [
+        "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False",
+    ] {
+        let opt = format!("full-pcpus-only={b}");
+        ok(&[
+            "--preset",
+            "graviton3",
+            "--containers",
+            "2",
+            "--option",
+            &opt,
+        ]);
+    }
+    // A configuration no variant can run exits non-zero and says why.
+    let out = plan(&["--preset", "kep-4800-example", "--reserved", "99"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("no variant can run on this machine (CPUs 0-15)"),
+        "{e}"
+    );
+    assert!(e.contains("99"), "{e}");
 }

@@ -4,8 +4,8 @@
 //! archives still match `../shared/sysfs` when that directory is present.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use nodetopo_engine::sysfs::{self, MachineModel};
@@ -450,7 +450,12 @@ fn archive_entries(archive: &Path) -> Result<BTreeMap<PathBuf, Entry>, String> {
                     .ok_or_else(|| format!("{}: symlink without a target", rel.display()))?
                     .into_owned(),
             ),
-            other => return Err(format!("{}: unexpected entry type {other:?}", rel.display())),
+            other => {
+                return Err(format!(
+                    "{}: unexpected entry type {other:?}",
+                    rel.display()
+                ))
+            }
         };
         out.insert(rel, e);
     }
@@ -478,7 +483,10 @@ fn tree_entries(root: &Path, machine: &str) -> Result<BTreeMap<PathBuf, Entry>, 
         } else if ft.is_file() {
             file_entry(&rel, fs::read(&path).map_err(|e| what(&path, e))?)
         } else {
-            return Err(format!("{}: neither file, directory nor link", path.display()));
+            return Err(format!(
+                "{}: neither file, directory nor link",
+                path.display()
+            ));
         };
         out.insert(rel, e);
     }
@@ -642,7 +650,10 @@ fn archive_comparison_accepts_both_link_forms_and_finds_differences() {
     assert!(unpacked > 1000, "compared only {unpacked} entries");
 
     let made_links = convert_links(tmp.path(), true);
-    assert!(made_links >= 16, "only {made_links} files turned into links");
+    assert!(
+        made_links >= 16,
+        "only {made_links} files turned into links"
+    );
     let (_, problems) = compare_with(tmp.path(), &archives);
     assert!(problems.is_empty(), "with real symlinks: {problems:?}");
 
@@ -654,14 +665,22 @@ fn archive_comparison_accepts_both_link_forms_and_finds_differences() {
         "archive comparison: {unpacked} entries, {flattened} links, passes as symlinks and flattened"
     );
 
-    let m = tmp.path().join("intel-skylake-silver4108-2s/sys/devices/system");
+    let m = tmp
+        .path()
+        .join("intel-skylake-silver4108-2s/sys/devices/system");
     fs::write(m.join("cpu/cpu3/topology/core_id"), "99\n").unwrap();
     fs::write(m.join("cpu/cpu0/node0"), "../../node/node1").unwrap();
     fs::remove_file(m.join("node/node1/cpulist")).unwrap();
     let (_, problems) = compare_with(tmp.path(), &archives);
     let text = problems.join("\n");
     assert_eq!(problems.len(), 3, "{text}");
-    assert!(text.contains("cpu3/topology/core_id: archive has a 2-byte file, disk has a 3-byte file"), "{text}");
+    assert!(
+        text.contains("cpu3/topology/core_id: archive has a 2-byte file, disk has a 3-byte file"),
+        "{text}"
+    );
     assert!(text.contains("cpu0/node0: archive has a link to ../../node/node0, disk has a link to ../../node/node1"), "{text}");
-    assert!(text.contains("node1/cpulist: in the archive, not on disk"), "{text}");
+    assert!(
+        text.contains("node1/cpulist: in the archive, not on disk"),
+        "{text}"
+    );
 }

@@ -19,12 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodetopo_cli::pods::manifest;
 use nodetopo_crds::conditions::{self, ConditionSpec};
 use nodetopo_crds::{
     KubeletAssignment, KubeletObserved, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
     PoolsReport,
 };
-use nodetopo_cli::pods::manifest;
 use nodetopo_engine::admission::NodeAdmitter;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};

@@ -9,7 +9,10 @@ use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::report::{AllocationReport, HintReport, RejectionReport, TopologyReport};
 use serde::Serialize;
 
-use super::{Plan, VariantResult};
+use nodetopo_engine::admission::Pools;
+use nodetopo_engine::{Container, CpuSet, Pod, QosClass};
+
+use super::{Plan, RejectionContext, VariantResult};
 
 /// `cpuManager` as in a NodeResourcePolicy spec.
 #[derive(Debug, Serialize)]
@@ -191,12 +194,181 @@ fn outcome<'a>(r: &'a VariantResult, pod_uid: &str, container: &str) -> Outcome<
     {
         return Outcome::Exclusive(a);
     }
-    match r.rejections.iter().find(|x| x.pod_uid == pod_uid) {
-        Some(x) if x.container == container => Outcome::Rejected(x),
+    match r.rejections.iter().position(|x| x.pod_uid == pod_uid) {
+        Some(i) if r.rejections[i].container == container => Outcome::Rejected(&r.rejections[i]),
         Some(_) => Outcome::NotReached,
         None => Outcome::Shared,
     }
 }
+
+/// A CPU amount in Kubernetes notation (`2`, `500m`).
+fn cpu_amount(millis: u64) -> String {
+    if millis % 1000 == 0 {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
+}
+
+/// Why a container that was admitted got no exclusive CPUs: the static policy gives
+/// exclusive CPUs only to containers of Guaranteed pods that ask for whole CPUs.
+pub fn shared_reason(pod: &Pod, c: &Container) -> String {
+    match pod.qos_class() {
+        QosClass::Guaranteed => match c.requests.cpu_millis {
+            Some(m) if m % 1000 != 0 => format!(
+                "CPU request {} is not a whole number of CPUs",
+                cpu_amount(m)
+            ),
+            Some(_) => "no exclusive CPUs (see --explain)".into(),
+            None => "no CPU request".into(),
+        },
+        QosClass::BestEffort => "pod is BestEffort (no CPU or memory requests or limits)".into(),
+        QosClass::Burstable => format!("pod is Burstable, not Guaranteed: {}", not_guaranteed(pod)),
+    }
+}
+
+/// The first thing that keeps a pod out of the Guaranteed QoS class (every container has
+/// CPU and memory limits, and the pod's requests equal its limits).
+fn not_guaranteed(pod: &Pod) -> String {
+    for c in pod.all_containers() {
+        if c.limits.cpu_millis.is_none_or(|v| v == 0) {
+            return format!("container {} has no CPU limit", c.name);
+        }
+        if c.limits.memory_bytes.is_none_or(|v| v == 0) {
+            return format!("container {} has no memory limit", c.name);
+        }
+        if c.requests.cpu_millis != c.limits.cpu_millis {
+            return format!(
+                "container {} requests {} CPU but its limit is {}",
+                c.name,
+                c.requests.cpu_millis.map_or("no".to_string(), cpu_amount),
+                c.limits.cpu_millis.map_or("none".to_string(), cpu_amount)
+            );
+        }
+        if c.requests.memory_bytes != c.limits.memory_bytes {
+            return format!(
+                "container {}'s memory request differs from its limit",
+                c.name
+            );
+        }
+    }
+    "requests differ from limits".into()
+}
+
+/// The numbers behind a rejection: what the container asked and what the NUMA nodes had.
+fn rejection_numbers(
+    plan: &Plan,
+    r: &VariantResult,
+    x: &RejectionReport,
+    ctx: Option<&RejectionContext>,
+) -> String {
+    let mut parts = Vec::new();
+    let pod = plan.pods.iter().find(|p| p.uid == x.pod_uid);
+    let container = pod.and_then(|p| p.all_containers().find(|c| c.name == x.container));
+    if let Some(c) = container {
+        let cpu = c.requests.cpu_millis.map_or("no".to_string(), cpu_amount);
+        let plural = if c.requests.cpu_millis == Some(1000) {
+            ""
+        } else {
+            "s"
+        };
+        let mut asked = format!("asked for {cpu} CPU{plural}");
+        if let Some(m) = c.requests.memory_bytes {
+            let _ = write!(asked, " and {} of memory", bytes(m));
+        }
+        if r.variant.config.tm_scope == nodetopo_engine::topologymanager::TmScope::Pod {
+            if let Some(p) = pod {
+                let total: u64 = p
+                    .containers
+                    .iter()
+                    .filter_map(|c| c.requests.cpu_millis)
+                    .sum();
+                let _ = write!(
+                    asked,
+                    " (pod scope: its app containers ask {} CPU together)",
+                    cpu_amount(total)
+                );
+            }
+        }
+        parts.push(asked);
+    }
+    if let Some(ctx) = ctx {
+        let per: Vec<String> = ctx
+            .free_by_numa
+            .iter()
+            .map(|(id, n)| format!("node {id}: {n}"))
+            .collect();
+        let total: usize = ctx.free_by_numa.iter().map(|(_, n)| n).sum();
+        let best = ctx
+            .free_by_numa
+            .iter()
+            .max_by_key(|(id, n)| (*n, std::cmp::Reverse(*id)));
+        let mut had = format!("free CPUs before this pod: {total} ({})", per.join(", "));
+        if let (Some((id, n)), true) = (best, ctx.free_by_numa.len() > 1) {
+            let _ = write!(had, "; the best NUMA node, {id}, had {n}");
+        }
+        parts.push(had);
+    }
+    parts.join("; ")
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    for (u, size) in UNITS {
+        if n >= size && n % size == 0 {
+            return format!("{}{u}", n / size);
+        }
+    }
+    n.to_string()
+}
+
+/// How the reserved CPUs were chosen.
+fn reserved_how(plan: &Plan) -> String {
+    match &plan.reserved {
+        ReservedCpus::Explicit(_) => "given by --reserved".into(),
+        ReservedCpus::Count(n) => format!("{n} taken topologically, as the kubelet does"),
+    }
+}
+
+/// One line on the CPU pools of a variant (or of every variant, when they agree).
+fn pools_line(plan: &Plan, start: &Pools) -> String {
+    let strict = if start.reserved.is_subset(&start.shared) && !start.reserved.is_empty() {
+        "; the shared pool includes the reserved CPUs, as in the kubelet"
+    } else {
+        ""
+    };
+    format!(
+        "CPUs: reserved {} ({}); shared pool {} (where non-exclusive containers run{strict}); {} CPU(s) assignable to exclusive containers",
+        or_none(&start.reserved),
+        reserved_how(plan),
+        or_none(&start.shared),
+        start.free.len()
+    )
+}
+
+fn or_none(s: &CpuSet) -> String {
+    if s.is_empty() {
+        "none".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The legend printed after the tables.
+pub const LEGEND: &str = "legend:
+  CPUS     the container's exclusive CPUs (kernel list syntax); `shared` = it runs in the shared pool
+  NUMA     NUMA node ids its CPUs are on;  UNCORE  uncore (last-level, L3) cache ids
+  ALIGNED  the boundaries its CPUs stay within: cores = whole physical cores only (no half-used
+           SMT core), llc = one uncore cache, numa = one NUMA node, socket = one socket
+  HINT     the topology manager's merged hint: {0,1} = NUMA nodes 0 and 1, pref = every provider
+           prefers it, non-pref = accepted but not preferred, any = no NUMA preference
+  `plan --explain POD/CONTAINER` shows each provider's hints and the merge for one container.
+";
 
 /// The table.
 pub fn table(plan: &Plan) -> String {
@@ -214,33 +386,58 @@ pub fn table(plan: &Plan) -> String {
         rep.numa_nodes.len(),
         rep.uncore_caches.len()
     );
-    let reserved = match &plan.reserved {
-        ReservedCpus::Explicit(s) => format!("reserved {s}"),
-        ReservedCpus::Count(n) => format!("{n} reserved CPU(s), taken topologically"),
-    };
     let containers: usize = plan.pods.iter().map(|p| p.all_containers().count()).sum();
     let _ = writeln!(
         out,
-        "workload: {} ({} pod(s), {} container(s)); {reserved}",
+        "workload: {} ({} pod(s), {} container(s))",
         plan.workload,
         plan.pods.len(),
         containers
     );
+    // The pools before admission, when every variant agrees on them.
+    let starts: Vec<&Pools> = plan
+        .results
+        .iter()
+        .filter_map(|r| r.pools.as_ref().map(|(s, _)| s))
+        .collect();
+    let common = starts
+        .first()
+        .filter(|first| starts.iter().all(|s| s == *first));
+    if let Some(start) = common {
+        let _ = writeln!(out, "{}", pools_line(plan, start));
+    }
     for n in &plan.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    for r in &plan.results {
+    let groups = group_identical(plan);
+    for g in &groups {
         out.push('\n');
-        out.push_str(&variant_section(plan, r));
+        out.push_str(&group_section(plan, g, common.is_none()));
     }
-    if plan.results.len() > 1 {
+    if groups.len() > 1 {
         out.push('\n');
-        out.push_str(&side_by_side(plan));
+        out.push_str(&side_by_side(plan, &groups));
     }
+    out.push('\n');
+    out.push_str(LEGEND);
     out
 }
 
-fn variant_section(plan: &Plan, r: &VariantResult) -> String {
+/// Variants whose placements, rejections and pools are the same, in first-seen order.
+fn group_identical(plan: &Plan) -> Vec<Vec<&VariantResult>> {
+    let mut groups: Vec<(String, Vec<&VariantResult>)> = Vec::new();
+    for r in &plan.results {
+        let key = variant_body(plan, r);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(r),
+            None => groups.push((key, vec![r])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The configuration of a variant in one line.
+pub fn variant_config(r: &VariantResult) -> String {
     let c = &r.variant.config;
     let opts: Vec<String> = r
         .variant
@@ -248,11 +445,8 @@ fn variant_section(plan: &Plan, r: &VariantResult) -> String {
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== {}: cpu-manager static{}; topology-manager {} (scope {})",
-        r.variant.name,
+    format!(
+        "cpu-manager static{}; topology-manager {} (scope {})",
         if opts.is_empty() {
             String::new()
         } else {
@@ -260,7 +454,43 @@ fn variant_section(plan: &Plan, r: &VariantResult) -> String {
         },
         c.tm_policy,
         c.tm_scope
-    );
+    )
+}
+
+fn group_section(plan: &Plan, g: &[&VariantResult], pools_differ: bool) -> String {
+    let mut out = String::new();
+    if let [only] = g {
+        let _ = writeln!(out, "== {}: {}", only.variant.name, variant_config(only));
+    } else {
+        let names: Vec<&str> = g.iter().map(|r| r.variant.name.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "== {} ({} variants, identical results)",
+            names.join(", "),
+            g.len()
+        );
+        let w = names.iter().map(|n| n.len()).max().unwrap_or(0) + 1;
+        for r in g {
+            let _ = writeln!(
+                out,
+                "   {:<w$} {}",
+                format!("{}:", r.variant.name),
+                variant_config(r)
+            );
+        }
+    }
+    if pools_differ {
+        if let Some((start, _)) = &g[0].pools {
+            let _ = writeln!(out, "{}", pools_line(plan, start));
+        }
+    }
+    out.push_str(&variant_body(plan, g[0]));
+    out
+}
+
+/// A variant's table, summary and rejection details (what identical variants share).
+fn variant_body(plan: &Plan, r: &VariantResult) -> String {
+    let mut out = String::new();
     if let Some(e) = &r.error {
         let _ = writeln!(out, "configuration rejected: {e}");
         return out;
@@ -278,6 +508,7 @@ fn variant_section(plan: &Plan, r: &VariantResult) -> String {
     .iter()
     .map(|s| s.to_string())
     .collect::<Vec<_>>()];
+    let dash = || "-".to_string();
     for p in &plan.pods {
         for c in p.all_containers() {
             let row = match outcome(r, &p.uid, &c.name) {
@@ -287,31 +518,31 @@ fn variant_section(plan: &Plan, r: &VariantResult) -> String {
                     ids(&a.uncore_caches),
                     aligned(a),
                     hint(&a.hint),
-                    "admitted".into(),
+                    "exclusive".into(),
                 ],
                 Outcome::Shared => vec![
                     "shared".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "admitted (shared pool)".into(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    format!("shared pool: {}", shared_reason(p, c)),
                 ],
                 Outcome::Rejected(x) => vec![
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
                     format!("rejected: {}", x.reason),
                 ],
                 Outcome::NotReached => vec![
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "not admitted (pod rejected)".into(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    "not admitted (another container of the pod was rejected)".into(),
                 ],
             };
             let mut full = vec![p.key(), c.name.clone()];
@@ -330,24 +561,43 @@ fn variant_section(plan: &Plan, r: &VariantResult) -> String {
         count(|a| a.aligned.physical_cpu),
         r.rejections.len()
     );
-    for x in &r.rejections {
+    if let Some((_, end)) = &r.pools {
+        let _ = writeln!(
+            out,
+            "after admission: exclusive {}; shared pool {}",
+            or_none(&end.exclusive),
+            or_none(&end.shared)
+        );
+    }
+    for (i, x) in r.rejections.iter().enumerate() {
         let _ = writeln!(
             out,
             "  rejected {} {}: {}: {}",
             x.pod, x.container, x.reason, x.message
         );
+        let _ = writeln!(
+            out,
+            "    {}",
+            rejection_numbers(plan, r, x, r.rejection_context.get(i))
+        );
     }
     out
 }
 
-fn side_by_side(plan: &Plan) -> String {
+fn side_by_side(plan: &Plan, groups: &[Vec<&VariantResult>]) -> String {
     let mut header = vec!["POD/CONTAINER".to_string()];
-    header.extend(plan.results.iter().map(|r| r.variant.name.clone()));
+    header.extend(groups.iter().map(|g| {
+        g.iter()
+            .map(|r| r.variant.name.as_str())
+            .collect::<Vec<_>>()
+            .join("=")
+    }));
     let mut rows = vec![header];
     for p in &plan.pods {
         for c in p.all_containers() {
             let mut row = vec![format!("{}/{}", p.key(), c.name)];
-            for r in &plan.results {
+            for g in groups {
+                let r = g[0];
                 let cell = if r.error.is_some() {
                     "invalid config".to_string()
                 } else {
@@ -365,7 +615,9 @@ fn side_by_side(plan: &Plan) -> String {
             rows.push(row);
         }
     }
-    let mut out = String::from("== side by side (CPUs, and how many uncore caches they span)\n");
+    let mut out = String::from(
+        "== side by side (CPUs, and how many uncore caches they span; `a=b` = identical variants)\n",
+    );
     out.push_str(&columns(&rows));
     out
 }

@@ -23,6 +23,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod explain;
+
 use crate::cpumanager::{CpuState, PolicyError, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use crate::cpuset::CpuSet;
 use crate::pod::{Container, Pod};
@@ -151,6 +153,8 @@ pub struct NodeAdmitter {
     devices: DeviceManager,
     /// Admitted pods by UID, with the merged hint of each container.
     pods: BTreeMap<String, (Pod, BTreeMap<String, TopologyHint>)>,
+    /// Set only while [`NodeAdmitter::admit_explained`] runs.
+    trace: Option<explain::Trace>,
 }
 
 /// Why one container (or the pod) was not admitted.
@@ -206,6 +210,7 @@ impl NodeAdmitter {
             memory,
             devices,
             pods: BTreeMap::new(),
+            trace: None,
         })
     }
 
@@ -355,6 +360,9 @@ impl NodeAdmitter {
                     .and_then(|m| memory_provider(m.container_hints(pod, c))),
                 device_provider(self.devices.container_hints(pod, c)),
             ];
+            if self.trace.is_some() {
+                self.record(&providers, &c.name);
+            }
             let hint = self.merge(&providers, &c.name)?;
             hints.insert(c.name.clone(), hint);
             self.allocate(pod, c, Some(&hint))?;
@@ -381,6 +389,13 @@ impl NodeAdmitter {
             .next()
             .map(|c| c.name.clone())
             .unwrap_or_default();
+        if self.trace.is_some() {
+            // One merge for the whole pod: it explains every container of the pod.
+            let names: Vec<String> = pod.all_containers().map(|c| c.name.clone()).collect();
+            for n in &names {
+                self.record(&providers, n);
+            }
+        }
         let hint = self.merge(&providers, &first)?;
         for c in pod.all_containers() {
             hints.insert(c.name.clone(), hint);
