@@ -165,42 +165,8 @@ fn every_preset_under_every_topology_manager_policy() {
 
 #[test]
 fn pod_yaml_with_memory_devices_and_pod_scope() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("pods.yaml");
-    std::fs::write(
-        &file,
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: nic-user, namespace: net}
-spec:
-  containers:
-  - name: app
-    resources:
-      limits: {cpu: "4", memory: 1Gi, example.com/nic: "1"}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: shop}
-spec:
-  replicas: 2
-  template:
-    spec:
-      initContainers:
-      - name: warm
-        resources:
-          limits: {cpu: "2", memory: 512Mi}
-      containers:
-      - name: app
-        resources:
-          limits: {cpu: "2", memory: 512Mi}
-      - name: sidecar
-        resources:
-          requests: {cpu: 250m, memory: 64Mi}
-          limits: {cpu: 250m, memory: 64Mi}
-"#,
-    )
-    .expect("write pods");
+    // The workload docs/plan.md shows, shipped in examples/.
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/pods/web.yaml");
     let f = file.to_str().expect("utf-8 path");
     let doc = json(&[
         "--preset",
