@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// Namespace of the Lease (the operator's own namespace, from the downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "nodetopo-system")]
     pub lease_namespace: String,
-    /// This replica's identity in the Lease (the pod name, from the downward API).
+    /// This replica's identity in the Lease (the pod name, from the downward API)
+    /// [default: $HOSTNAME, else nodetopo-operator-<process id>].
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// Seconds a Lease stays valid without renewal.
