@@ -11,9 +11,20 @@
 # agent as uid 0 with every capability dropped, for its hostPath directories only.
 
 ARG RUST_VERSION=1.95
+# One Debian release for both stages, so the binaries run on the glibc they were linked
+# against: its code name names the Rust image, its number the distroless image. Override
+# both together (e.g. trixie and 13); the build stage stops if they disagree.
 ARG DEBIAN_RELEASE=bookworm
+ARG DEBIAN_VERSION=12
 
 FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+ARG DEBIAN_RELEASE
+ARG DEBIAN_VERSION
+RUN major="$(cut -d. -f1 /etc/debian_version)" \
+ && if [ "$major" != "$DEBIAN_VERSION" ]; then \
+      echo "DEBIAN_RELEASE=$DEBIAN_RELEASE is Debian $major, but DEBIAN_VERSION=$DEBIAN_VERSION: set both to the same release" >&2; \
+      exit 1; \
+    fi
 WORKDIR /src
 # The whole workspace: the crates depend on each other by path, and Cargo.lock pins the rest.
 COPY . .
@@ -23,7 +34,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
  && mkdir -p /out \
  && cp target/release/nodetopo-operator target/release/nodetopo-agent /out/
 
-FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-base
+FROM gcr.io/distroless/cc-debian${DEBIAN_VERSION}:nonroot AS runtime-base
 LABEL org.opencontainers.image.source="https://github.com/nodetopo/nodetopo" \
       org.opencontainers.image.licenses="Apache-2.0"
 USER 65532:65532

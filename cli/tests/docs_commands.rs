@@ -113,9 +113,10 @@ fn commands(name: &str, text: &str) -> Vec<DocCommand> {
                     skip = Some(m["skip:".len()..].trim().to_string())
                 }
                 Some(m) if m.starts_with("exit ") => {
-                    exit = m["exit ".len()..].trim().parse().unwrap_or_else(|_| {
-                        panic!("{place}: bad marker {m:?}: expected `exit N`")
-                    })
+                    exit = m["exit ".len()..]
+                        .trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("{place}: bad marker {m:?}: expected `exit N`"))
                 }
                 Some(m) => panic!("{place}: unknown docs-test marker {m:?}"),
                 None => {}
@@ -169,10 +170,9 @@ fn every_documented_command_prints_what_the_docs_show() {
     let repo = repo();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_nodetopo"));
     let bin_dir = bin.parent().expect("binary directory");
-    let path = std::env::join_paths(
-        std::iter::once(bin_dir.to_path_buf())
-            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
+    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
     .expect("PATH");
     let (cwd, _guard, have_shared) = workdir(&repo);
     let mut failures = Vec::new();

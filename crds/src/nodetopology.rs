@@ -57,9 +57,20 @@ use crate::rules;
         json_path = ".status.summary.exclusiveCPUs"
     ),
     printcolumn(
-        name = "Aligned",
+        name = "NUMA-Aligned",
         type_ = "integer",
+        description = "Exclusive containers whose CPUs lie inside one NUMA node (aligned.numaNode).",
         json_path = ".status.summary.alignedContainers"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Kubelet-Agreement",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"KubeletAgreement\")].status"
     ),
     printcolumn(
         name = "Age",
@@ -151,7 +162,8 @@ pub struct NodeTopologySummary {
     pub exclusive_cpus: i32,
     /// Containers holding exclusive CPUs.
     pub containers: i32,
-    /// Of those, containers whose CPUs lie inside one NUMA node.
+    /// Of those, containers whose CPUs lie inside one NUMA node (`aligned.numaNode`; the
+    /// `NUMA-Aligned` printer column, and plan's "in one NUMA node" count).
     pub aligned_containers: i32,
     /// Rejected container admissions.
     pub rejections: i32,

@@ -40,6 +40,8 @@ use serde_json::json;
 
 const POLICY: &str = "nodetopo-e2e";
 const CONTAINER: &str = "app";
+/// The KubeletAgreement reason when the kubelet's checkpoint was read and matches.
+const KUBELET_AGREE: &str = "Agree";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_on_kind() -> Result<()> {
@@ -443,8 +445,10 @@ impl Suite {
                             "{node}: Burstable pod {ns}/{b} has an exclusive allocation"
                         ));
                     }
+                    // Exactly True/Agree: True/NoKubeletState means the agent found no kubelet
+                        // checkpoint to compare with, which is no agreement at all.
                     match t.condition(KUBELET_AGREEMENT) {
-                        Some(c) if c.status == "True" => {}
+                        Some(c) if c.status == "True" && c.reason == KUBELET_AGREE => {}
                         Some(c) => {
                             return Progress::Pending(format!(
                                 "{node}: KubeletAgreement {} ({}: {})",

@@ -139,16 +139,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         // A standby is healthy and ready: it serves its purpose by waiting.
         ready.store(true, Ordering::SeqCst);
         tracing::info!(lease = %cfg.name, namespace = %args.lease_namespace, %identity, "waiting for the leader lease");
-        tokio::select! {
-            _ = leader::acquire(&leases, &cfg) => {},
+        let observer = tokio::select! {
+            o = leader::acquire(&leases, &cfg) => o,
             _ = stopped() => return Ok(()),
-        }
+        };
         ready.store(false, Ordering::SeqCst);
         metrics.leader.set(1);
         tracing::info!(%identity, "acquired the leader lease");
         let tx = stop_tx.clone();
         lost_lease = Some(tokio::spawn(async move {
-            leader::hold(&leases, &cfg).await;
+            leader::hold(&leases, &cfg, observer).await;
             let _ = tx.send(true);
         }));
     }

@@ -1,63 +1,37 @@
-//! Label selector matching for node selection (meta/v1 LabelSelector semantics).
+//! Label selector matching for node selection (meta/v1 LabelSelector semantics), through
+//! kube-core's [`kube::core::Selector`]: this module only decides what an unparsable
+//! selector means here (it selects nothing).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-/// One compiled requirement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
+use kube::core::SelectorExt as _;
 
 /// A selector compiled for repeated matching. Built only from selectors that passed
-/// `nodetopo_crds::validation::validate_selector`; an unknown operator never matches.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Selector {
-    reqs: Vec<Requirement>,
-    /// Set when an expression had an operator we do not know: matches nothing.
-    never: bool,
+/// `nodetopo_crds::validation::validate_selector`; one kube-core cannot parse (an unknown
+/// operator, `In` without values) never matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector(Option<kube::core::Selector>);
+
+impl Default for Selector {
+    /// The empty selector: selects everything.
+    fn default() -> Self {
+        Selector(Some(kube::core::Selector::default()))
+    }
 }
 
 impl Selector {
     /// Compiles a selector; `None` and the empty selector select everything.
     pub fn compile(sel: Option<&LabelSelector>) -> Self {
-        let mut out = Selector::default();
-        let Some(sel) = sel else { return out };
-        for (k, v) in sel.match_labels.iter().flatten() {
-            out.reqs.push(Requirement::Equals(k.clone(), v.clone()));
+        match sel {
+            None => Selector::default(),
+            Some(s) => Selector(kube::core::Selector::try_from(s.clone()).ok()),
         }
-        for e in sel.match_expressions.iter().flatten() {
-            let values = e.values.clone().unwrap_or_default();
-            let key = e.key.clone();
-            out.reqs.push(match e.operator.as_str() {
-                "In" => Requirement::In(key, values),
-                "NotIn" => Requirement::NotIn(key, values),
-                "Exists" => Requirement::Exists(key),
-                "DoesNotExist" => Requirement::DoesNotExist(key),
-                _ => {
-                    out.never = true;
-                    continue;
-                }
-            });
-        }
-        out
     }
 
     /// Whether a node with these labels is selected.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        !self.never
-            && self.reqs.iter().all(|r| match r {
-                Requirement::Equals(k, v) => labels.get(k) == Some(v),
-                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-                Requirement::Exists(k) => labels.contains_key(k),
-                Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            })
+        self.0.as_ref().is_some_and(|s| s.matches(labels))
     }
 }
 
