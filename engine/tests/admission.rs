@@ -475,3 +475,68 @@ fn restore_and_already_assigned() {
     assert_eq!(cpus(&b.admit(&p)), cpus(&first));
     let _ = BTreeMap::<u8, u8>::new();
 }
+
+#[test]
+fn explained_admission_records_the_providers_and_changes_nothing() {
+    use nodetopo_engine::admission::explain::HintList;
+    let t = machine(2, 4, 1, 1);
+    let cfg = config(
+        "",
+        StaticPolicyOptions::default(),
+        TmPolicy::Restricted,
+        TmScope::Container,
+    );
+    let mut plain = NodeAdmitter::new(t.clone(), &cfg).unwrap();
+    let mut traced = NodeAdmitter::new(t, &cfg).unwrap();
+    let first = pod("first", vec![], vec![container("main", 3, &[])]);
+    let two = pod(
+        "two",
+        vec![],
+        vec![container("a", 2, &[]), container("b", 3, &[])],
+    );
+    plain.admit(&first);
+    traced.admit(&first);
+    let expected = plain.admit(&two);
+    // Container b is merged after a took 2 CPUs of node 1: node 0 has 1 CPU left, node 1 has
+    // 2, so only both nodes together fit 3 CPUs, a non-preferred hint restricted refuses.
+    let (got, seen) = traced.admit_explained(&two, "b");
+    assert_eq!(got, expected, "recording does not change the admission");
+    assert_eq!(traced.pools(), plain.pools());
+    let e = seen.expect("a merge ran for b");
+    assert_eq!(e.container, "b");
+    assert_eq!(e.providers[0].provider, "cpu");
+    let (resource, list) = &e.providers[0].resources[0];
+    assert_eq!(resource, "cpu");
+    let HintList::Listed(hints) = list else {
+        panic!("explicit CPU hints: {list:?}")
+    };
+    let shown: Vec<(Vec<usize>, bool)> = hints
+        .iter()
+        .map(|h| {
+            (
+                h.affinity.map(|m| m.ids().collect()).unwrap_or_default(),
+                h.preferred,
+            )
+        })
+        .collect();
+    assert_eq!(shown, vec![(vec![0, 1], false)]);
+    let merged = e.merged.expect("the merge itself succeeds");
+    assert!(!merged.admit);
+    assert_eq!(got.rejections[0].reason, "TopologyAffinityError");
+    // No merge for a container the pod does not have, nor under policy none.
+    let mut none = NodeAdmitter::new(
+        machine(2, 4, 1, 1),
+        &config(
+            "",
+            StaticPolicyOptions::default(),
+            TmPolicy::None,
+            TmScope::Container,
+        ),
+    )
+    .unwrap();
+    assert!(none.admit_explained(&first, "main").1.is_none());
+    assert!(traced
+        .admit_explained(&pod("x", vec![], vec![container("m", 1, &[])]), "nope")
+        .1
+        .is_none());
+}
