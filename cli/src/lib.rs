@@ -20,6 +20,7 @@ pub enum Command {
     /// Print this machine's (or a sysfs tree's) CPU topology.
     Discover(discover::Args),
     /// Show where containers would land under each CPU/topology-manager policy.
+    #[command(after_help = PLAN_EXAMPLES)]
     Plan(Box<plan::Args>),
     /// Evaluate kubelet test-vector files against the engine.
     Conformance(conformance::Args),
@@ -50,9 +51,21 @@ pub const EXAMPLES: &str = "Examples:
   nodetopo plan                                      # this machine, a demo workload
   nodetopo plan --preset list                        # the built-in machines
   nodetopo plan --preset kep-4800-example --reserved 0-1 --containers 4,4,4
-  nodetopo plan --pods examples/pods/web.yaml --preset epyc-9654-2p-nps2
+  nodetopo plan --pods examples/pods/web.yaml --preset epyc-9654-2p-nps4
   nodetopo discover --sysfs-root ../shared/sysfs/amd-ryzen5-1600/sys
   nodetopo conformance engine/tests/vectors";
+
+/// Examples shown by `plan --help`.
+pub const PLAN_EXAMPLES: &str = "Examples:
+  nodetopo plan                                      # this machine, a demo workload
+  nodetopo plan --preset list                        # the built-in machines
+  nodetopo plan --preset kep-4800-example --reserved 0-1 --containers 4,4,4
+  nodetopo plan --preset epyc-9654-2p-nps4 --pods examples/pods/web.yaml \\
+      --device example.com/nic=5:1 --topology-manager-policy restricted
+  nodetopo plan --preset epyc-7303-2p --containers 24,40 --explain c2/main
+  nodetopo plan --option full-pcpus-only=true --topology-manager-policy single-numa-node -o json
+
+See docs/plan.md for the table, the JSON shape and the defaults.";
 
 /// Parses the command line and runs it; `name` is the program name in messages.
 pub fn main(name: &'static str) -> ExitCode {

@@ -36,7 +36,7 @@ pub use workload::{containers_workload, demo_workload};
 /// Arguments of `plan`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Args {
-    /// The directory that plays /sys (default /sys).
+    /// The directory that plays /sys [default: /sys].
     #[arg(long, value_name = "DIR", conflicts_with = "preset")]
     pub sysfs_root: Option<PathBuf>,
     /// A built-in machine instead of this one; `list` names them.
@@ -132,7 +132,7 @@ pub struct CpuArgs {
     /// Reserved CPUs (`reservedSystemCPUs`), e.g. `0-1`.
     #[arg(long, value_name = "CPUS", conflicts_with = "reserved_count")]
     pub reserved: Option<String>,
-    /// Number of reserved CPUs, taken topologically as the kubelet does (default 1).
+    /// Number of reserved CPUs, taken topologically as the kubelet does [default: 1].
     #[arg(long, value_name = "N")]
     pub reserved_count: Option<usize>,
     /// One of the default variants only (default: all four side by side).

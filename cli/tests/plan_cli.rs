@@ -1,4 +1,4 @@
-//! `nodetopo-agent plan` as a user runs it: the KEP-4800 worked example, every preset under
+//! `nodetopo plan` as a user runs it: the KEP-4800 worked example, every preset under
 //! every topology-manager policy, Pod YAML with memory and devices, a sysfs tree, errors.
 //! Never reads the host's /sys: every run names a preset or a fixture tree.
 

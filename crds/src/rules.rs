@@ -4,7 +4,7 @@
 //! Each [`Rule`] carries the CEL expression and the message the API server prints when it is
 //! false. [`crate::validation`] implements every rule again in Rust and returns exactly the same
 //! message, so a user sees the same words from `kubectl apply`, from the operator's Invalid
-//! condition and from `nodetopo-agent plan`. Tests check that every rule of this table appears
+//! condition and from `nodetopo plan`. Tests check that every rule of this table appears
 //! in the generated CRDs and that the Rust side produces each message.
 //!
 //! Cost: the API server estimates the worst-case cost of every rule from the schema's bounds.

@@ -1,6 +1,6 @@
 //! `plan` for 500 containers, measured on the engine entry point it uses: one
 //! `NodeAdmitter` per variant, 500 single-container Guaranteed pods admitted in order, for
-//! the four default variants side by side (what `nodetopo-agent plan --containers ...`
+//! the four default variants side by side (what `nodetopo plan --containers ...`
 //! computes before printing).
 
 use std::hint::black_box;
