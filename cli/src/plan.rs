@@ -53,7 +53,8 @@ pub struct Args {
     pub output: OutputFormat,
     /// Show, for one container (`NAMESPACE/POD/CONTAINER` or `POD/CONTAINER` in namespace
     /// default), every hint provider's hints and the topology manager's merge, per variant.
-    #[arg(long, value_name = "POD/CONTAINER")]
+    /// Text only: it cannot be combined with `-o`.
+    #[arg(long, value_name = "POD/CONTAINER", conflicts_with = "output")]
     pub explain: Option<String>,
 }
 
