@@ -621,3 +621,91 @@ fn side_by_side(plan: &Plan, groups: &[Vec<&VariantResult>]) -> String {
     out.push_str(&columns(&rows));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodetopo_engine::ResourceList;
+
+    fn c(
+        name: &str,
+        req: (Option<u64>, Option<u64>),
+        lim: (Option<u64>, Option<u64>),
+    ) -> Container {
+        Container {
+            name: name.into(),
+            requests: ResourceList {
+                cpu_millis: req.0,
+                memory_bytes: req.1,
+                ..Default::default()
+            },
+            limits: ResourceList {
+                cpu_millis: lim.0,
+                memory_bytes: lim.1,
+                ..Default::default()
+            },
+            restartable: false,
+        }
+    }
+
+    fn pod(containers: Vec<Container>) -> Pod {
+        Pod {
+            namespace: "default".into(),
+            name: "p".into(),
+            uid: "default/p".into(),
+            creation_timestamp: None,
+            init_containers: Vec::new(),
+            containers,
+        }
+    }
+
+    const MI: u64 = 1 << 20;
+
+    #[test]
+    fn every_shared_pool_placement_says_why() {
+        let reason = |p: &Pod| shared_reason(p, &p.containers[0]);
+        let frac = pod(vec![c("a", (Some(1500), Some(MI)), (Some(1500), Some(MI)))]);
+        assert_eq!(
+            reason(&frac),
+            "CPU request 1500m is not a whole number of CPUs"
+        );
+        let no_mem = pod(vec![c("a", (Some(2000), None), (Some(2000), None))]);
+        assert_eq!(
+            reason(&no_mem),
+            "pod is Burstable, not Guaranteed: container a has no memory limit"
+        );
+        let no_cpu_limit = pod(vec![c("a", (Some(2000), Some(MI)), (None, Some(MI)))]);
+        assert_eq!(
+            reason(&no_cpu_limit),
+            "pod is Burstable, not Guaranteed: container a has no CPU limit"
+        );
+        let below = pod(vec![c("a", (Some(500), Some(MI)), (Some(1000), Some(MI)))]);
+        assert_eq!(
+            reason(&below),
+            "pod is Burstable, not Guaranteed: container a requests 500m CPU but its limit is 1"
+        );
+        // The first container that breaks the rule is named, even when it is another one.
+        let sidecar = pod(vec![
+            c("a", (Some(2000), Some(MI)), (Some(2000), Some(MI))),
+            c("b", (Some(100), Some(MI)), (Some(100), Some(2 * MI))),
+        ]);
+        assert_eq!(
+            reason(&sidecar),
+            "pod is Burstable, not Guaranteed: container b's memory request differs from its limit"
+        );
+        let none = pod(vec![c("a", (None, None), (None, None))]);
+        assert_eq!(
+            reason(&none),
+            "pod is BestEffort (no CPU or memory requests or limits)"
+        );
+    }
+
+    #[test]
+    fn amounts_print_as_kubernetes_writes_them() {
+        assert_eq!(cpu_amount(2000), "2");
+        assert_eq!(cpu_amount(250), "250m");
+        assert_eq!(bytes(256 * MI), "256Mi");
+        assert_eq!(bytes(3 << 30), "3Gi");
+        assert_eq!(bytes(1000), "1000");
+    }
+}
