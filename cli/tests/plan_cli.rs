@@ -239,7 +239,7 @@ fn sysfs_tree_and_demo_workload() {
     // Which CPU is reserved, what the shared pool is, why each container landed where it did.
     assert!(
         table.contains(
-            "CPUs: reserved 0 (1 taken topologically, as the kubelet does); shared pool 0-1 "
+            "reserved CPUs: 0 (1 taken topologically, as the kubelet does)\nshared pool:   0-1 (where non-exclusive containers run; it includes the reserved CPUs, as in the kubelet); 1 CPU(s) assignable"
         ),
         "{table}"
     );

@@ -335,15 +335,15 @@ fn reserved_how(plan: &Plan) -> String {
     }
 }
 
-/// One line on the CPU pools of a variant (or of every variant, when they agree).
+/// Two lines on the CPU pools of a variant (or of every variant, when they agree).
 fn pools_line(plan: &Plan, start: &Pools) -> String {
-    let strict = if start.reserved.is_subset(&start.shared) && !start.reserved.is_empty() {
-        "; the shared pool includes the reserved CPUs, as in the kubelet"
+    let includes = if !start.reserved.is_empty() && start.reserved.is_subset(&start.shared) {
+        "; it includes the reserved CPUs, as in the kubelet"
     } else {
         ""
     };
     format!(
-        "CPUs: reserved {} ({}); shared pool {} (where non-exclusive containers run{strict}); {} CPU(s) assignable to exclusive containers",
+        "reserved CPUs: {} ({})\nshared pool:   {} (where non-exclusive containers run{includes}); {} CPU(s) assignable to exclusive containers",
         or_none(&start.reserved),
         reserved_how(plan),
         or_none(&start.shared),
