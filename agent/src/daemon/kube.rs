@@ -18,7 +18,7 @@ use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
 use super::cycle::{now, Cycle};
-use super::kubelet_state;
+use super::validate;
 use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
 use super::Args;
@@ -200,7 +200,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
-    let (restored, problem) = load_checkpoint(&cp_path);
+    let (restored, problem) = load_checkpoint(&cp_path, &topology);
     if let Some((reason, note)) = &problem {
         let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
         let reference: ObjectReference = object.object_ref(&());
@@ -215,7 +215,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             tracing::warn!("publishing event {reason}: {e}");
         }
     }
-    let mut core = Core::new(topology, restored, problem);
+    let mut core = Core::new(topology.clone(), restored, problem);
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
@@ -235,7 +235,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 None => stop = true,
             },
             _ = kubelet_tick.tick() => {
-                core.apply(Event::Kubelet(kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string())));
+                core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
             }
             _ = term.recv() => stop = true,
         }

@@ -13,11 +13,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use nodetopo_crds::NodeTopology;
+use nodetopo_engine::CpuTopology;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::kubelet_state;
+use super::cycle::{now, unix_now, Cycle};
+use super::validate;
 use super::metrics::{self, Metrics};
 use super::Args;
 use crate::pods::pods_from_yaml;
@@ -153,29 +154,32 @@ impl SpecFile {
     }
 }
 
-/// Loads the checkpoint at start; a rejected file is moved aside and reported.
+/// Loads the checkpoint at start and validates it against this machine; a rejected file
+/// (unreadable, corrupt, or breaking an invariant) is moved aside, logged with its name, and
+/// reported. Leftover temp files of earlier runs killed mid-write are removed first.
 pub fn load_checkpoint(
     path: &Path,
+    topology: &CpuTopology,
 ) -> (Option<checkpoint::CheckpointData>, Option<(String, String)>) {
-    match checkpoint::load(path) {
-        Ok(data) => (data, None),
-        Err(e) => {
-            let secs = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            let aside = match checkpoint::quarantine(path, secs) {
-                Ok(p) => format!("kept as {}", p.display()),
-                Err(q) => format!("could not be moved aside: {q}"),
-            };
-            // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
-            tracing::warn!(reason = e.reason(), "{e}; {aside}");
-            (
-                None,
-                Some((e.reason().to_string(), format!("{e} ({aside})"))),
-            )
-        }
+    for stale in checkpoint::remove_stale_temp_files(path) {
+        tracing::info!("removed a temp file left by an interrupted write: {}", stale.display());
     }
+    let problem = match checkpoint::load(path) {
+        Ok(None) => return (None, None),
+        Ok(Some(data)) => match validate::checkpoint(path, &data, topology) {
+            Ok(_) => return (Some(data), None),
+            Err(v) => (v.invariant.checkpoint_reason(), v.to_string()),
+        },
+        Err(e) => (e.reason(), e.to_string()),
+    };
+    let (reason, msg) = problem;
+    let aside = match checkpoint::quarantine(path, unix_now()) {
+        Ok(p) => format!("kept as {}", p.display()),
+        Err(q) => format!("could not be moved aside: {q}"),
+    };
+    // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
+    tracing::warn!(reason, file = %path.display(), "{msg}; {aside}");
+    (None, Some((reason.to_string(), format!("{msg} ({aside})"))))
 }
 
 /// The local-mode loop until SIGTERM/SIGINT.
@@ -189,8 +193,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
-    let (restored, problem) = load_checkpoint(&cp_path);
-    let mut core = Core::new(topology, restored, problem);
+    let (restored, problem) = load_checkpoint(&cp_path, &topology);
+    for stale in checkpoint::remove_stale_temp_files(status_path) {
+        tracing::info!("removed a temp file left by an interrupted write: {}", stale.display());
+    }
+    let mut core = Core::new(topology.clone(), restored, problem);
     let metrics = Arc::new(Metrics::new());
     if !args.admin_addr.is_empty() {
         metrics::serve(&args.admin_addr, metrics.clone()).await?;
@@ -227,7 +234,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(ev) = spec.read(spec_path) {
             core.apply(ev);
         }
-        let kubelet = kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string());
+        let kubelet = validate::read_kubelet_state(&args.kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
         if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let mut obj = NodeTopology::new(&spec.name, Default::default());
