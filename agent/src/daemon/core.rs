@@ -583,11 +583,19 @@ impl Core {
                         "the kubelet's CPU assignments equal nodetopo's",
                     ));
                 } else {
+                    let mut msg =
+                        format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
+                    if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k)
+                    {
+                        msg.push_str(&format!(
+                            "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
+                        ));
+                    }
                     set(ConditionSpec::new(
                         conditions::KUBELET_AGREEMENT,
                         false,
                         "Disagree",
-                        format!("{} containers differ: {}", diffs.len(), diffs.join(", ")),
+                        msg,
                     ));
                 }
                 Some(KubeletObserved {
@@ -676,16 +684,56 @@ impl Core {
     }
 }
 
+/// Whether showing the kubelet's CPUs for the pods it holds, beside nodetopo's for the others,
+/// would publish one CPU for two pods; then the first such CPU and its two holders.
+fn kubelet_merge_conflict<'a>(
+    allocations: impl Iterator<Item = &'a AllocationReport>,
+    kubelet: &'a KubeletCpuState,
+) -> Option<String> {
+    let mut owner: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut claim = |uid: &'a str, set: &CpuSet| -> Option<String> {
+        for cpu in set.iter() {
+            match owner.insert(cpu, uid) {
+                Some(o) if o != uid => return Some(format!("cpu {cpu}: pods {o} and {uid}")),
+                _ => {}
+            }
+        }
+        None
+    };
+    let allocations: Vec<&AllocationReport> = allocations.collect();
+    for a in &allocations {
+        let in_kubelet = kubelet.entries.get(&a.pod_uid).and_then(|m| m.get(&a.container));
+        let set = match in_kubelet {
+            Some(set) => set.clone(),
+            None => CpuSet::parse(&a.cpus).unwrap_or_default(),
+        };
+        if let Some(c) = claim(&a.pod_uid, &set) {
+            return Some(c);
+        }
+    }
+    for (uid, cs) in &kubelet.entries {
+        for set in cs.values() {
+            if let Some(c) = claim(uid, set) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
 /// Where the kubelet itself runs the static policy, its checkpoint is the truth: each
 /// allocation the kubelet also holds shows the kubelet's CPUs, and nodetopo's own decision
 /// moves to `predictedCPUs` (the check; `KubeletAgreement` names every difference). Under the
 /// kubelet's `none` policy its checkpoint assigns nothing, and nodetopo's prediction stands.
+/// Where the two views cannot be mixed without showing one CPU for two pods (the kubelet
+/// placed a pod nodetopo has not, on CPUs nodetopo gave another), nodetopo's view is shown
+/// whole and `KubeletAgreement` says why.
 fn show_kubelet_assignments(
     allocations: &mut [AllocationReport],
     kubelet: &KubeletCpuState,
     topology: &CpuTopology,
 ) {
-    if kubelet.policy_name != "static" {
+    if kubelet.policy_name != "static" || kubelet_merge_conflict(allocations.iter(), kubelet).is_some() {
         return;
     }
     for a in allocations {

@@ -435,3 +435,6 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
         assert!(k.message.contains("invariant"), "{}", k.message);
     }
 }
+
+#[path = "props.rs"]
+mod props;
