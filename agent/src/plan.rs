@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
-use nodetopo_engine::topologymanager::providers::device::DeviceSpec;
+use nodetopo_engine::topologymanager::providers::device::{DeviceSpec, MAX_DEVICES};
 use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod};
@@ -446,6 +446,9 @@ fn parse_devices(items: &[String], topology: &CpuTopology) -> anyhow::Result<Vec
                 .trim()
                 .parse()
                 .with_context(|| format!("--device {item:?}: count {count:?}"))?;
+            if count > MAX_DEVICES || out.len() + count > MAX_DEVICES {
+                bail!("--device {item:?}: count {count} makes more than {MAX_DEVICES} devices, the most a node may list");
+            }
             let numa_nodes = if node < 0 {
                 Vec::new()
             } else {

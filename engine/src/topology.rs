@@ -109,7 +109,10 @@ pub enum TopologyError {
     #[error("NUMA node {0} is listed twice")]
     DuplicateNumaNode(usize),
     /// An id (CPU, core, socket, NUMA node or uncore cache) above the supported maximum.
-    #[error("{what} id {id} exceeds the supported maximum {}", crate::cpuset::MAX_CPU_ID)]
+    #[error(
+        "{what} id {id} exceeds the supported maximum {}",
+        crate::cpuset::MAX_CPU_ID
+    )]
     IdTooLarge {
         /// Which kind of id (`cpu`, `core of cpu 3`, ...).
         what: String,
@@ -402,8 +405,9 @@ mod tests {
         ));
         // Ids far past any machine (a hostile conformance topology) are refused, not used
         // to size tables.
-        let e = CpuTopology::with_derived_counts(vec![cpu(4_000_000_000, 0, 0, 0, 0)], n0(), vec![])
-            .expect_err("huge cpu id");
+        let e =
+            CpuTopology::with_derived_counts(vec![cpu(4_000_000_000, 0, 0, 0, 0)], n0(), vec![])
+                .expect_err("huge cpu id");
         assert_eq!(
             e.to_string(),
             "cpu id 4000000000 exceeds the supported maximum 1048575"

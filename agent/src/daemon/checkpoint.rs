@@ -18,6 +18,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use nodetopo_engine::files::{read_bounded, ReadError};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -160,14 +161,23 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<CheckpointData, CheckpointErr
     serde_json::from_slice(payload).map_err(|e| corrupt(format!("payload: {e}")))
 }
 
-/// Loads the checkpoint; `Ok(None)` when there is none yet.
+/// The largest checkpoint read: records of ten thousand containers take about 10 MB, far
+/// past what a node runs; anything larger is not our checkpoint and is refused unread.
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// Loads the checkpoint; `Ok(None)` when there is none yet. A FIFO, device or file over
+/// [`MAX_BYTES`] in its place is an error (never a hang or an unbounded read).
 pub fn load(path: &Path) -> Result<Option<CheckpointData>, CheckpointError> {
-    match fs::read(path) {
+    match read_bounded(path, MAX_BYTES) {
         Ok(bytes) => decode(path, &bytes).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CheckpointError::Io {
+        Err(ReadError::NotFound) => Ok(None),
+        Err(ReadError::Io(source)) => Err(CheckpointError::Io {
             path: path.to_path_buf(),
             source,
+        }),
+        Err(e) => Err(CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            why: format!("the file {e}"),
         }),
     }
 }

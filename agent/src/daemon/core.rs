@@ -585,8 +585,7 @@ impl Core {
                 } else {
                     let mut msg =
                         format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
-                    if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k)
-                    {
+                    if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
                         msg.push_str(&format!(
                             "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
                         ));
@@ -702,7 +701,10 @@ fn kubelet_merge_conflict<'a>(
     };
     let allocations: Vec<&AllocationReport> = allocations.collect();
     for a in &allocations {
-        let in_kubelet = kubelet.entries.get(&a.pod_uid).and_then(|m| m.get(&a.container));
+        let in_kubelet = kubelet
+            .entries
+            .get(&a.pod_uid)
+            .and_then(|m| m.get(&a.container));
         let set = match in_kubelet {
             Some(set) => set.clone(),
             None => CpuSet::parse(&a.cpus).unwrap_or_default(),
@@ -733,7 +735,9 @@ fn show_kubelet_assignments(
     kubelet: &KubeletCpuState,
     topology: &CpuTopology,
 ) {
-    if kubelet.policy_name != "static" || kubelet_merge_conflict(allocations.iter(), kubelet).is_some() {
+    if kubelet.policy_name != "static"
+        || kubelet_merge_conflict(allocations.iter(), kubelet).is_some()
+    {
         return;
     }
     for a in allocations {

@@ -18,9 +18,9 @@ use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
 use super::cycle::{now, Cycle};
-use super::validate;
 use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
+use super::validate;
 use super::Args;
 
 /// The watcher configuration of the node's pods.

@@ -162,7 +162,10 @@ pub fn checkpoint(
                     format!("allocations[{uid}] holds a record of pod {}", r.pod_uid),
                 ));
             }
-            let cpus = parse(&format!("allocations[{uid}][{}].cpus", r.container), &r.cpus)?;
+            let cpus = parse(
+                &format!("allocations[{uid}][{}].cpus", r.container),
+                &r.cpus,
+            )?;
             let Some(entry) = assignments.get(uid).and_then(|m| m.get(&r.container)) else {
                 return Err(fail(
                     Invariant::RecordsMatchEntries,
@@ -225,6 +228,10 @@ pub fn kubelet_state(
 
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
+///
+/// The read is bounded ([`KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
+/// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
@@ -235,6 +242,10 @@ pub fn read_kubelet_state(
     }
     Ok(state)
 }
+
+/// The largest kubelet CPU manager state read (the kubelet's own for a node of a few hundred
+/// pods is a few kilobytes).
+pub const KUBELET_STATE_MAX_BYTES: u64 = 4 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -316,7 +327,9 @@ mod tests {
         let d = cp(&[("u1", "app", "x")], &[("u1", "app", "x")]);
         assert_eq!(why(&d).0, Invariant::WellFormed);
         let d = cp(&[("u1", "app", "1-5")], &[("u1", "app", "1-5")]);
-        assert!(why(&d).1.contains("cpu 1 is in both the shared pool and u1/app"));
+        assert!(why(&d)
+            .1
+            .contains("cpu 1 is in both the shared pool and u1/app"));
         let d = cp(&[("u1", "app", "2-5")], &[("u1", "app", "6-9")]);
         assert_eq!(why(&d).0, Invariant::RecordsMatchEntries);
         let d = cp(&[("u1", "app", "2-5")], &[]);

@@ -62,13 +62,16 @@ fn checkpoint_data() -> impl Strategy<Value = CheckpointData> {
                         .insert("app".into(), e.clone());
                 }
                 if let Some(r) = &p.record {
-                    d.allocations.entry(uid.clone()).or_default().push(AllocationReport {
-                        pod: format!("default/p{}", i + 1),
-                        pod_uid: uid.clone(),
-                        container: "app".into(),
-                        cpus: r.clone(),
-                        ..Default::default()
-                    });
+                    d.allocations
+                        .entry(uid.clone())
+                        .or_default()
+                        .push(AllocationReport {
+                            pod: format!("default/p{}", i + 1),
+                            pod_uid: uid.clone(),
+                            container: "app".into(),
+                            cpus: r.clone(),
+                            ..Default::default()
+                        });
                 }
             }
             d.default_cpu_set = if complement {
@@ -110,7 +113,11 @@ fn assert_no_overlap(st: &NodeTopologyStatus, t: &CpuTopology) -> Result<(), Tes
         let set = CpuSet::parse(&a.cpus)
             .map_err(|e| TestCaseError::fail(format!("published {:?}: {e}", a.cpus)))?;
         for cpu in set.iter() {
-            prop_assert!(t.cpu(cpu).is_some(), "published cpu {} is not on the machine", cpu);
+            prop_assert!(
+                t.cpu(cpu).is_some(),
+                "published cpu {} is not on the machine",
+                cpu
+            );
             if let Some(o) = owner.insert(cpu, &a.pod_uid) {
                 prop_assert_eq!(o, a.pod_uid.as_str(), "cpu {} published for two pods", cpu);
             }
@@ -121,7 +128,11 @@ fn assert_no_overlap(st: &NodeTopologyStatus, t: &CpuTopology) -> Result<(), Tes
         let set = CpuSet::parse(&k.cpus)
             .map_err(|e| TestCaseError::fail(format!("published {:?}: {e}", k.cpus)))?;
         for cpu in set.iter() {
-            prop_assert!(t.cpu(cpu).is_some(), "kubelet cpu {} is not on the machine", cpu);
+            prop_assert!(
+                t.cpu(cpu).is_some(),
+                "kubelet cpu {} is not on the machine",
+                cpu
+            );
             if let Some(o) = kowner.insert(cpu, &k.pod_uid) {
                 prop_assert_eq!(o, k.pod_uid.as_str(), "kubelet cpu {} published twice", cpu);
             }
@@ -137,10 +148,22 @@ fn random_checkpoints_and_kubelet_states_never_publish_overlap() {
     let cp_path = dir.path().join(checkpoint::FILE_NAME);
     let k_path = dir.path().join("cpu_manager_state");
     let pods: Vec<PodInfo> = (1..=4)
-        .map(|i| pod(&format!("p{i}"), &format!("u{i}"), "2024-01-01T00:00:00Z", 2))
+        .map(|i| {
+            pod(
+                &format!("p{i}"),
+                &format!("u{i}"),
+                "2024-01-01T00:00:00Z",
+                2,
+            )
+        })
         .collect();
-    let (tried, restored, rejected, k_published, k_refused) =
-        (Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0));
+    let (tried, restored, rejected, k_published, k_refused) = (
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+    );
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -184,6 +207,12 @@ fn random_checkpoints_and_kubelet_states_never_publish_overlap() {
         k_published.get(),
         k_refused.get()
     );
-    assert!(restored.get() > 0 && rejected.get() > 0, "both outcomes exercised");
-    assert!(k_published.get() > 0 && k_refused.get() > 0, "both outcomes exercised");
+    assert!(
+        restored.get() > 0 && rejected.get() > 0,
+        "both outcomes exercised"
+    );
+    assert!(
+        k_published.get() > 0 && k_refused.get() > 0,
+        "both outcomes exercised"
+    );
 }

@@ -325,7 +325,10 @@ fn checksum_valid_but_contradictory_checkpoint_is_rejected() {
     }
     cp.allocations.insert("u2".into(), rec);
     let mut core = Core::new(topo(), Some(cp), None);
-    assert!(core.take_quarantine_request(), "the shell must move it aside");
+    assert!(
+        core.take_quarantine_request(),
+        "the shell must move it aside"
+    );
     core.checkpoint_moved_aside("kept as /s/nodetopo_state.bad-1");
     core.apply(Event::PodsSynced(pods));
     core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
@@ -375,7 +378,10 @@ fn reserved_outside_the_shared_pool_is_rejected_and_moved_aside() {
     let path = dir.path().join(checkpoint::FILE_NAME);
     checkpoint::save(&path, &cp).expect("save");
     let mut core = Core::new(topo(), Some(cp), None);
-    assert!(!core.take_quarantine_request(), "valid without a configuration");
+    assert!(
+        !core.take_quarantine_request(),
+        "valid without a configuration"
+    );
     core.apply(Event::PodsSynced(pods));
     core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
     let metrics = super::super::metrics::Metrics::new();
@@ -428,7 +434,10 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
             checksum: 1,
         }))));
         let st = core.status(&[], &now());
-        assert!(st.kubelet.is_none(), "nothing of the kubelet state published");
+        assert!(
+            st.kubelet.is_none(),
+            "nothing of the kubelet state published"
+        );
         assert!(st.allocations.iter().all(|a| a.predicted_cpus.is_none()));
         let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("c");
         assert_eq!(k.status, "False");
