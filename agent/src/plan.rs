@@ -199,7 +199,7 @@ pub fn build(args: &Args) -> anyhow::Result<Plan> {
     };
     let (pods, workload) = match (&args.cpu.pods, &args.cpu.containers) {
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
+            let text = crate::pods::read_pod_file(path)
                 .with_context(|| format!("reading --pods {}", path.display()))?;
             let mut pods = Vec::new();
             for k in crate::pods::pods_from_yaml(&text)

@@ -83,6 +83,16 @@ pub enum PodError {
 /// can say no. Each pod costs a few kilobytes, so the bound is a few tens of megabytes.
 pub const MAX_PODS: usize = 10_000;
 
+/// The largest pod YAML file read (a ConfigMap holds at most 1 MiB).
+pub const MAX_POD_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a pod YAML file: a regular file of at most [`MAX_POD_FILE_BYTES`] (a FIFO, device
+/// or runaway file is an error, never a hang or an unbounded read).
+pub fn read_pod_file(path: &std::path::Path) -> anyhow::Result<String> {
+    nodetopo_engine::files::read_text_bounded(path, MAX_POD_FILE_BYTES)
+        .map_err(|e| anyhow::anyhow!("{}: the file {e}", path.display()))
+}
+
 /// The namespace used when a Pod names none, as `kubectl` does with no context namespace.
 pub const DEFAULT_NAMESPACE: &str = "default";
 

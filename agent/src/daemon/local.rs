@@ -21,7 +21,7 @@ use super::cycle::{now, unix_now, Cycle};
 use super::metrics::{self, Metrics};
 use super::validate;
 use super::Args;
-use crate::pods::{pods_from_yaml, MAX_PODS};
+use crate::pods::{pods_from_yaml, MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
 
 /// Identity and version of a file as `stat` (following symlinks) reports it: modification
@@ -55,9 +55,6 @@ struct FileEntry {
 pub struct PodDir {
     files: BTreeMap<PathBuf, FileEntry>,
 }
-
-/// The largest pod file read (a ConfigMap holds at most 1 MiB).
-pub const MAX_POD_FILE_BYTES: u64 = 4 << 20;
 
 fn is_pod_file(p: &Path) -> bool {
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
