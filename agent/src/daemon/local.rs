@@ -378,8 +378,7 @@ mod tests {
     use super::*;
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
-    const SECOND: &str =
-        "  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
+    const SECOND: &str = "  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
 
     fn containers(scan: &Scan) -> Vec<usize> {
         scan.pods.iter().map(|p| p.pod.containers.len()).collect()
@@ -393,11 +392,17 @@ mod tests {
         // Step one: a complete-looking pod with one container.
         std::fs::write(&file, POD).expect("write");
         let s = d.scan(dir.path()).expect("scan");
-        assert!(!s.settled && s.pods.is_empty(), "not used before it settled");
+        assert!(
+            !s.settled && s.pods.is_empty(),
+            "not used before it settled"
+        );
         // Step two, before the next scan: the second container.
         std::fs::write(&file, format!("{POD}{SECOND}")).expect("append");
         let s = d.scan(dir.path()).expect("scan");
-        assert!(!s.settled && s.pods.is_empty(), "changed again: still settling");
+        assert!(
+            !s.settled && s.pods.is_empty(),
+            "changed again: still settling"
+        );
         let s = d.scan(dir.path()).expect("scan");
         assert!(s.settled);
         assert_eq!(containers(&s), [2], "only the complete file is used");
@@ -431,7 +436,10 @@ mod tests {
             problems.contains("fifo.yaml: the file is not a regular file (it is a FIFO)"),
             "{problems}"
         );
-        assert!(problems.contains("dangling.yaml: cannot be read"), "{problems}");
+        assert!(
+            problems.contains("dangling.yaml: cannot be read"),
+            "{problems}"
+        );
         // An update swaps ..data to a new directory: the new version is picked up.
         let v2 = root.join("..2024_01_01_00_00_01.2");
         std::fs::create_dir(&v2).expect("mkdir");

@@ -224,7 +224,10 @@ fn l3_file(cache_dir: &Path, level: u8) -> PathBuf {
 /// disjoint. A partial overlap means one of them is damaged; using it would renumber other
 /// caches' ids (the id files stop being trusted), so it is an error naming both files.
 fn check_l3_lists(reads: &[(PathBuf, CacheModel)], online: &CpuSet) -> Result<(), SysfsError> {
-    let sets: Vec<CpuSet> = reads.iter().map(|(_, c)| c.cpus.intersection(online)).collect();
+    let sets: Vec<CpuSet> = reads
+        .iter()
+        .map(|(_, c)| c.cpus.intersection(online))
+        .collect();
     for (i, a) in sets.iter().enumerate() {
         for (j, b) in sets.iter().enumerate().skip(i + 1) {
             if a != b && !a.is_disjoint(b) {
@@ -254,9 +257,8 @@ fn check_distances(
         let Some(row) = &n.distances else { continue };
         for (col, &d) in columns.iter().zip(row) {
             let bad = if *col == n.id {
-                (d != LOCAL_DISTANCE).then(|| {
-                    format!("distance to itself is {d}, expected {LOCAL_DISTANCE}")
-                })
+                (d != LOCAL_DISTANCE)
+                    .then(|| format!("distance to itself is {d}, expected {LOCAL_DISTANCE}"))
             } else {
                 (d < LOCAL_DISTANCE).then(|| {
                     format!(
