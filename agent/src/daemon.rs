@@ -18,6 +18,8 @@ pub mod kube;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
+pub mod state_dir;
+pub mod validate;
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]

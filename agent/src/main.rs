@@ -22,6 +22,9 @@ enum Command {
     Offline(nodetopo_cli::Command),
     /// Run the node agent (in a cluster, or with --local on files).
     Run(Box<daemon::Args>),
+    /// Create the state directory and hand it (and its files) to the agent's user; the
+    /// chart's init container runs this, the only step that needs uid 0 (with CAP_CHOWN).
+    PrepareStateDir(daemon::state_dir::Args),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Offline(c) => c.run(),
         Command::Run(a) => daemon::run(*a),
+        Command::PrepareStateDir(a) => daemon::state_dir::run(a),
     };
     match result {
         Ok(code) => code,

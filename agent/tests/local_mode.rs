@@ -285,7 +285,7 @@ fn kubelet_disagreement_is_named() {
         .expect("write");
     let c = e.start(&file);
     let s = e.wait("disagreement", |s| {
-        cond_is(s, "KubeletAgreement", "False", "Disagree")
+        cond_is(s, "KubeletAgreement", "False", "Disagree") && allocations(s).len() == 1
     });
     stop(c);
     // The kubelet runs the static policy, so the published allocation is the kubelet's,

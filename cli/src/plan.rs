@@ -22,7 +22,7 @@ use nodetopo_engine::report::{AllocationReport, RejectionReport};
 use nodetopo_engine::topologymanager::options::{
     MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
 };
-use nodetopo_engine::topologymanager::providers::device::DeviceSpec;
+use nodetopo_engine::topologymanager::providers::device::{DeviceSpec, MAX_DEVICES};
 use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod};
@@ -291,7 +291,7 @@ pub fn build(args: &Args) -> anyhow::Result<Plan> {
     };
     let (pods, workload) = match (&args.cpu.pods, &args.cpu.containers) {
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
+            let text = crate::pods::read_pod_file(path)
                 .with_context(|| format!("reading --pods {}", path.display()))?;
             let mut pods = Vec::new();
             for k in crate::pods::pods_from_yaml(&text)
@@ -610,6 +610,9 @@ fn parse_devices(items: &[String], topology: &CpuTopology) -> anyhow::Result<Vec
                 .trim()
                 .parse()
                 .with_context(|| format!("--device {item:?}: count {count:?}"))?;
+            if count > MAX_DEVICES || out.len() + count > MAX_DEVICES {
+                bail!("--device {item:?}: count {count} makes more than {MAX_DEVICES} devices, the most a node may list");
+            }
             let numa_nodes = if node < 0 {
                 Vec::new()
             } else {

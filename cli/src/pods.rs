@@ -58,6 +58,16 @@ pub enum PodError {
         /// The quantity error (names the string); boxed to keep the error small.
         source: Box<QuantityError>,
     },
+    /// The input expands to more pods than [`MAX_PODS`].
+    #[error("YAML document {doc}: {what} would make {total} pods; at most {MAX_PODS} are accepted per input")]
+    TooManyPods {
+        /// 1-based document index.
+        doc: usize,
+        /// The object that went over (`Deployment web with replicas 100000000`).
+        what: String,
+        /// Pods the input would hold with it.
+        total: u64,
+    },
     /// Two containers of the pod share a name.
     #[error("pod {pod}: duplicate container name {container:?}")]
     DuplicateContainer {
@@ -66,6 +76,22 @@ pub enum PodError {
         /// The repeated name.
         container: String,
     },
+}
+
+/// The most pods one YAML input (a `plan --pods` file, one file of the local pods directory)
+/// may expand to. A node runs at most a few hundred pods (the kubelet's `maxPods` defaults to
+/// 110); the bound keeps a `replicas: 100000000` from allocating gigabytes before anything
+/// can say no. Each pod costs a few kilobytes, so the bound is a few tens of megabytes.
+pub const MAX_PODS: usize = 10_000;
+
+/// The largest pod YAML file read (a ConfigMap holds at most 1 MiB).
+pub const MAX_POD_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a pod YAML file: a regular file of at most [`MAX_POD_FILE_BYTES`] (a FIFO, device
+/// or runaway file is an error, never a hang or an unbounded read).
+pub fn read_pod_file(path: &std::path::Path) -> anyhow::Result<String> {
+    nodetopo_engine::files::read_text_bounded(path, MAX_POD_FILE_BYTES)
+        .map_err(|e| anyhow::anyhow!("{}: the file {e}", path.display()))
 }
 
 /// The namespace used when a Pod names none, as `kubectl` does with no context namespace.
@@ -224,7 +250,16 @@ fn collect(mut value: Value, doc: usize, out: &mut Vec<K8sPod>) -> Result<(), Po
     };
     stringify_quantities(&mut value);
     match kind.as_str() {
-        "Pod" => out.push(serde_yaml::from_value(value).map_err(yaml_err)?),
+        "Pod" => {
+            if out.len() >= MAX_PODS {
+                return Err(PodError::TooManyPods {
+                    doc,
+                    what: "one more Pod".into(),
+                    total: out.len() as u64 + 1,
+                });
+            }
+            out.push(serde_yaml::from_value(value).map_err(yaml_err)?)
+        }
         "List" => {
             if let Some(Value::Sequence(items)) = value.get("items") {
                 for item in items.clone() {
@@ -262,6 +297,19 @@ fn collect(mut value: Value, doc: usize, out: &mut Vec<K8sPod>) -> Result<(), Po
                 pod: format!("{kind} in YAML document {doc}"),
                 field: "metadata.name",
             })?;
+            let total = (out.len() as u64).saturating_add(count as u64);
+            if total > MAX_PODS as u64 {
+                let field = if kind == "Job" {
+                    "parallelism"
+                } else {
+                    "replicas"
+                };
+                return Err(PodError::TooManyPods {
+                    doc,
+                    what: format!("{kind} {base} with {field} {count}"),
+                    total,
+                });
+            }
             for ordinal in 0..count {
                 let mut meta = w.spec.template.metadata.clone();
                 meta.name = Some(format!("{base}-{ordinal}"));
@@ -420,6 +468,17 @@ items:
         assert_eq!(
             e.to_string(),
             "pod default/p: duplicate container name \"a\""
+        );
+        let huge = "kind: Deployment\nmetadata: {name: web}\nspec: {replicas: 100000000, template: {spec: {containers: [{name: a}]}}}\n";
+        let e = pods_from_yaml(huge).expect_err("replicas");
+        assert_eq!(
+            e.to_string(),
+            "YAML document 1: Deployment web with replicas 100000000 would make 100000000 pods; at most 10000 are accepted per input"
+        );
+        let at_bound = huge.replace("100000000", "10000");
+        assert_eq!(
+            pods_from_yaml(&at_bound).expect("at the bound").len(),
+            MAX_PODS
         );
         let frac = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {example.com/gpu: 500m}}}]}\n";
         let e = engine_pod(&pods_from_yaml(frac).expect("ok")[0]).expect_err("frac");

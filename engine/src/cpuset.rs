@@ -54,14 +54,28 @@ impl CpuSet {
         Self { words: Vec::new() }
     }
 
-    /// Builds a set from ids. Ids above [`MAX_CPU_ID`] are a programming error in callers that
-    /// take ids from trusted code; untrusted text goes through [`CpuSet::parse`].
+    /// Builds a set from ids. Ids above [`MAX_CPU_ID`] cannot be represented and are left
+    /// out (see [`CpuSet::insert`]); callers holding untrusted ids use
+    /// [`CpuSet::try_from_ids`], which reports them, and text goes through [`CpuSet::parse`].
     pub fn from_ids<I: IntoIterator<Item = usize>>(ids: I) -> Self {
         let mut s = Self::new();
         for id in ids {
             s.insert(id);
         }
         s
+    }
+
+    /// Builds a set from ids, refusing the first id above [`MAX_CPU_ID`] (returned as the
+    /// error), so that no input can make a set allocate more than 128 KiB.
+    pub fn try_from_ids<I: IntoIterator<Item = usize>>(ids: I) -> Result<Self, usize> {
+        let mut s = Self::new();
+        for id in ids {
+            if id > MAX_CPU_ID {
+                return Err(id);
+            }
+            s.insert(id);
+        }
+        Ok(s)
     }
 
     /// Parses the kernel/kubelet list syntax, e.g. `"0-3,8,10-11"`. Surrounding whitespace
@@ -159,8 +173,13 @@ impl CpuSet {
             .is_some_and(|w| w & (1u64 << (id % WORD)) != 0)
     }
 
-    /// Adds one CPU.
+    /// Adds one CPU. Ids above [`MAX_CPU_ID`] are ignored: every constructor is capped, so
+    /// that no id (from any input) can make a set allocate more than 128 KiB. The parsers and
+    /// [`crate::topology::CpuTopology::new`] refuse such ids with an error first.
     pub fn insert(&mut self, id: usize) {
+        if id > MAX_CPU_ID {
+            return;
+        }
         let w = id / WORD;
         if self.words.len() <= w {
             self.words.resize(w + 1, 0);
@@ -168,8 +187,9 @@ impl CpuSet {
         self.words[w] |= 1u64 << (id % WORD);
     }
 
-    /// Adds the inclusive range `lo..=hi`.
+    /// Adds the inclusive range `lo..=hi` (capped at [`MAX_CPU_ID`] like [`CpuSet::insert`]).
     pub fn insert_range(&mut self, lo: usize, hi: usize) {
+        let hi = hi.min(MAX_CPU_ID);
         if lo > hi {
             return;
         }
@@ -391,6 +411,23 @@ impl<'de> serde::Deserialize<'de> for CpuSet {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_constructor_is_capped() {
+        assert_eq!(CpuSet::try_from_ids([1, 4_000_000_000]), Err(4_000_000_000));
+        assert_eq!(
+            CpuSet::try_from_ids([1, MAX_CPU_ID]).map(|s| s.len()),
+            Ok(2)
+        );
+        // The infallible constructors leave unrepresentable ids out instead of allocating
+        // half a gigabyte.
+        assert_eq!(CpuSet::from_ids([1, 4_000_000_000]).to_string(), "1");
+        let mut s = CpuSet::new();
+        s.insert_range(MAX_CPU_ID - 1, usize::MAX);
+        assert_eq!(s.len(), 2);
+        s.insert(usize::MAX);
+        assert_eq!(s.last(), Some(MAX_CPU_ID));
+    }
 
     #[test]
     fn parses_and_prints_canonically() {

@@ -3,12 +3,13 @@
 //! Everything here is a function of plain values: CPU sets, CPU topologies (discovered from
 //! a sysfs root that is always injected), the kubelet-compatible static CPU policy and the
 //! topology manager's hint merge. No Kubernetes objects, no clock, no I/O besides reading a
-//! sysfs tree.
+//! sysfs tree (and [`files`], the bounded reader every input file goes through).
 
 pub mod admission;
 pub mod conformance;
 pub mod cpumanager;
 pub mod cpuset;
+pub mod files;
 pub mod pod;
 pub mod presets;
 pub mod quantity;

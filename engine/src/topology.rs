@@ -108,6 +108,17 @@ pub enum TopologyError {
     /// A NUMA node is listed twice.
     #[error("NUMA node {0} is listed twice")]
     DuplicateNumaNode(usize),
+    /// An id (CPU, core, socket, NUMA node or uncore cache) above the supported maximum.
+    #[error(
+        "{what} id {id} exceeds the supported maximum {}",
+        crate::cpuset::MAX_CPU_ID
+    )]
+    IdTooLarge {
+        /// Which kind of id (`cpu`, `core of cpu 3`, ...).
+        what: String,
+        /// The id.
+        id: usize,
+    },
     /// A distance row has the wrong number of columns.
     #[error("NUMA node {node} has {got} distances, expected one per node ({expected})")]
     DistanceShape {
@@ -140,6 +151,38 @@ impl CpuTopology {
         mut uncore_caches: Vec<UncoreCache>,
         declared: DeclaredCounts,
     ) -> Result<Self, TopologyError> {
+        // Every id indexes tables and bitsets: cap them all, so that no input (a conformance
+        // topology, a sysfs tree) can make a lookup table allocate gigabytes.
+        let max = crate::cpuset::MAX_CPU_ID;
+        let too_large = |what: String, id: usize| TopologyError::IdTooLarge { what, id };
+        for c in &cpus {
+            for (what, id) in [
+                ("cpu", c.id),
+                ("core", c.core),
+                ("socket", c.socket),
+                ("NUMA node", c.numa),
+                ("uncore cache", c.uncore),
+            ] {
+                if id > max {
+                    let what = if what == "cpu" {
+                        what.to_string()
+                    } else {
+                        format!("{what} of cpu {}", c.id)
+                    };
+                    return Err(too_large(what, id));
+                }
+            }
+        }
+        for n in &numa_nodes {
+            if n.id > max {
+                return Err(too_large("NUMA node".into(), n.id));
+            }
+        }
+        for u in &uncore_caches {
+            if u.id > max {
+                return Err(too_large("uncore cache".into(), u.id));
+            }
+        }
         cpus.sort_by_key(|c| c.id);
         for w in cpus.windows(2) {
             if w[0].id == w[1].id {
@@ -360,5 +403,20 @@ mod tests {
             ),
             Err(TopologyError::DistanceShape { .. })
         ));
+        // Ids far past any machine (a hostile conformance topology) are refused, not used
+        // to size tables.
+        let e =
+            CpuTopology::with_derived_counts(vec![cpu(4_000_000_000, 0, 0, 0, 0)], n0(), vec![])
+                .expect_err("huge cpu id");
+        assert_eq!(
+            e.to_string(),
+            "cpu id 4000000000 exceeds the supported maximum 1048575"
+        );
+        let e = CpuTopology::with_derived_counts(vec![cpu(0, 0, 0, 0, 1 << 40)], n0(), vec![])
+            .expect_err("huge cache id");
+        assert_eq!(
+            e.to_string(),
+            "uncore cache of cpu 0 id 1099511627776 exceeds the supported maximum 1048575"
+        );
     }
 }

@@ -174,3 +174,49 @@ proptest! {
         }
     }
 }
+
+/// Kubernetes quantities (CPU millicores, byte sizes, whole counts): arbitrary and
+/// quantity-shaped text never panics, and what parses is consistent across the three
+/// readings. Prints how many inputs ran and how many parsed.
+#[test]
+fn quantity_parsers_never_panic() {
+    use nodetopo_engine::quantity;
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = prop_oneof![
+        "[0-9]{0,25}(\\.[0-9]{0,12})?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]{1,3}|E-?[0-9]{1,3})?",
+        "[-+]?[0-9.eEkKmMiGTP]{0,30}",
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ];
+    let (runs, parsed) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+    runner
+        .run(&strategy, |s| {
+            runs.set(runs.get() + 1);
+            let millis = quantity::parse_millis(&s);
+            let units = quantity::parse_units(&s);
+            let count = quantity::parse_count(&s);
+            if millis.is_ok() || units.is_ok() || count.is_ok() {
+                parsed.set(parsed.get() + 1);
+            }
+            // A whole count is also a valid size of the same value.
+            if let Ok(n) = count {
+                prop_assert_eq!(units.ok(), Some(n));
+            }
+            Ok(())
+        })
+        .expect("quantity parsers");
+    println!(
+        "parser fuzz: quantity: {} inputs, {} parsed, 0 panics",
+        runs.get(),
+        parsed.get()
+    );
+}

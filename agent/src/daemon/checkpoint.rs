@@ -18,6 +18,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use nodetopo_engine::files::{read_bounded, ReadError};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -160,14 +161,23 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<CheckpointData, CheckpointErr
     serde_json::from_slice(payload).map_err(|e| corrupt(format!("payload: {e}")))
 }
 
-/// Loads the checkpoint; `Ok(None)` when there is none yet.
+/// The largest checkpoint read: records of ten thousand containers take about 10 MB, far
+/// past what a node runs; anything larger is not our checkpoint and is refused unread.
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// Loads the checkpoint; `Ok(None)` when there is none yet. A FIFO, device or file over
+/// [`MAX_BYTES`] in its place is an error (never a hang or an unbounded read).
 pub fn load(path: &Path) -> Result<Option<CheckpointData>, CheckpointError> {
-    match fs::read(path) {
+    match read_bounded(path, MAX_BYTES) {
         Ok(bytes) => decode(path, &bytes).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CheckpointError::Io {
+        Err(ReadError::NotFound) => Ok(None),
+        Err(ReadError::Io(source)) => Err(CheckpointError::Io {
             path: path.to_path_buf(),
             source,
+        }),
+        Err(e) => Err(CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            why: format!("the file {e}"),
         }),
     }
 }
@@ -220,14 +230,49 @@ pub fn save(path: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
     })
 }
 
-/// Moves a rejected checkpoint aside (`<name>.bad-<unix seconds>`) and returns the new
-/// path, so the file can be inspected while a fresh one is written.
+/// Moves a rejected checkpoint aside (`<name>.bad-<unix seconds>`, with `.N` appended when
+/// that name is taken) and returns the new path, so the file can be inspected while a fresh
+/// one is written. Never overwrites an earlier copy.
 pub fn quarantine(path: &Path, now_unix: u64) -> std::io::Result<PathBuf> {
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".bad-{now_unix}"));
-    let aside = PathBuf::from(aside);
+    let base = format!("{}.bad-{now_unix}", path.display());
+    let mut aside = PathBuf::from(&base);
+    let mut n = 0;
+    while aside.symlink_metadata().is_ok() {
+        n += 1;
+        aside = PathBuf::from(format!("{base}.{n}"));
+    }
     fs::rename(path, &aside)?;
     Ok(aside)
+}
+
+/// Removes the temp files (`.<name>.tmp.<pid>`) that [`write_replace`] leaves beside `path`
+/// when the process is killed between create and rename, except this process's own. Returns
+/// what was removed. Best effort: an unreadable directory removes nothing.
+pub fn remove_stale_temp_files(path: &Path) -> Vec<PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Vec::new();
+    };
+    let prefix = format!(".{name}.tmp.");
+    let own = format!("{prefix}{}", std::process::id());
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in rd.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let is_temp = file
+            .strip_prefix(&prefix)
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if is_temp && file != own && fs::remove_file(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed.sort();
+    removed
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! allocation because the list was not read yet.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodetopo_cli::pods::manifest;
@@ -30,9 +31,10 @@ use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod, QosClass};
 
-use super::checkpoint::CheckpointData;
+use super::checkpoint::{self, CheckpointData};
 use super::config::node_config;
 use super::kubelet_state::KubeletCpuState;
+use super::validate;
 
 /// Condition type: the checkpoint was restored (or there was none); False when it was
 /// rejected and the state rebuilt from pods.
@@ -176,9 +178,12 @@ pub struct Core {
     synced: bool,
     admitted: BTreeMap<String, Vec<AllocationReport>>,
     rejected: BTreeMap<String, Vec<RejectionReport>>,
-    /// A checkpoint waiting for the first admitter.
-    pending_restore: Option<CheckpointData>,
+    /// A validated checkpoint (its CPU state and records) waiting for the first admitter.
+    pending_restore: Option<(CpuState, CheckpointData)>,
     checkpoint_problem: Option<(String, String)>,
+    /// The restored checkpoint was found inconsistent here: the shell must move it aside
+    /// before the next save (see [`Core::take_quarantine_request`]).
+    quarantine_requested: bool,
     kubelet: Result<Option<KubeletCpuState>, String>,
     pod_problems: Vec<String>,
     /// Decision counters since start.
@@ -197,11 +202,28 @@ fn wants_cpus(p: &PodInfo) -> bool {
 impl Core {
     /// A core for this machine, with the checkpoint found at start (if any) and, when the
     /// checkpoint was rejected, the reason and message for the condition.
+    ///
+    /// The checkpoint is validated against this machine (see [`super::validate`]); one that
+    /// breaks an invariant is not used, the condition names the invariant, and the shell is
+    /// asked to move the file aside.
     pub fn new(
         topology: CpuTopology,
         restored: Option<CheckpointData>,
         checkpoint_problem: Option<(String, String)>,
     ) -> Self {
+        let mut checkpoint_problem = checkpoint_problem;
+        let mut quarantine_requested = false;
+        let pending_restore = restored.and_then(|cp| {
+            match validate::checkpoint(Path::new(checkpoint::FILE_NAME), &cp, &topology) {
+                Ok(state) => Some((state, cp)),
+                Err(v) => {
+                    checkpoint_problem =
+                        Some((v.invariant.checkpoint_reason().to_string(), v.to_string()));
+                    quarantine_requested = true;
+                    None
+                }
+            }
+        });
         Self {
             topology_report: TopologyReport::from_topology(&topology),
             topology,
@@ -214,8 +236,9 @@ impl Core {
             synced: false,
             admitted: BTreeMap::new(),
             rejected: BTreeMap::new(),
-            pending_restore: restored,
+            pending_restore,
             checkpoint_problem,
+            quarantine_requested,
             kubelet: Ok(None),
             pod_problems: Vec::new(),
             tally: Tally::default(),
@@ -250,7 +273,20 @@ impl Core {
                 }
             }
             Event::SpecUnreadable(msg) => self.spec_problem = Some(msg),
-            Event::Kubelet(k) => self.kubelet = k,
+            Event::Kubelet(k) => {
+                // The shells validate with the file's path; checked again here so that no
+                // shell can publish a kubelet state that breaks an invariant.
+                self.kubelet = match k {
+                    Ok(Some(state)) => validate::kubelet_state(
+                        Path::new("kubelet CPU manager state"),
+                        &state,
+                        &self.topology,
+                    )
+                    .map(|()| Some(state))
+                    .map_err(|v| v.to_string()),
+                    other => other,
+                }
+            }
             Event::PodProblems(p) => self.pod_problems = p,
         }
     }
@@ -273,17 +309,19 @@ impl Core {
         };
         let carried = match (&self.admitter, self.pending_restore.take()) {
             (Some(old), _) => Some(old.cpu_state().clone()),
-            (None, Some(cp)) => match state_from_checkpoint(&cp) {
-                Ok(state) => {
-                    self.admitted = cp.allocations;
-                    self.rejected = cp.rejections;
-                    Some(state)
+            (None, Some((state, cp))) => {
+                // Records are re-derived from the validated CPUs and this machine, so no
+                // stored placement or alignment flag is published unchecked.
+                let mut admitted = cp.allocations;
+                for a in admitted.values_mut().flatten() {
+                    if let Some(cpus) = state.get(&a.pod_uid, &a.container) {
+                        a.place(&self.topology, cpus);
+                    }
                 }
-                Err(e) => {
-                    self.checkpoint_problem = Some(("CheckpointCorrupt".into(), e));
-                    None
-                }
-            },
+                self.admitted = admitted;
+                self.rejected = cp.rejections;
+                Some(state)
+            }
             (None, None) => None,
         };
         let mut admitter = admitter;
@@ -296,8 +334,19 @@ impl Core {
                 if had_old {
                     return;
                 }
-                // At start, an unusable checkpoint: rebuild from the pods.
-                self.checkpoint_problem = Some(("CheckpointInconsistent".into(), e.to_string()));
+                // At start, an unusable checkpoint: rebuild from the pods, and have the
+                // shell move the file aside before the rebuilt state replaces it.
+                self.checkpoint_problem = Some((
+                    validate::Invariant::ReservedInShared
+                        .checkpoint_reason()
+                        .to_string(),
+                    format!(
+                        "{}: invariant \"{}\" violated: {e}",
+                        checkpoint::FILE_NAME,
+                        validate::Invariant::ReservedInShared.name()
+                    ),
+                ));
+                self.quarantine_requested = true;
                 self.admitted.clear();
                 self.rejected.clear();
             }
@@ -404,6 +453,21 @@ impl Core {
         })
     }
 
+    /// Whether the restored checkpoint must be moved aside (once; the request is cleared).
+    /// The shell does it before saving anything, then reports where the file went with
+    /// [`Core::checkpoint_moved_aside`].
+    pub fn take_quarantine_request(&mut self) -> bool {
+        std::mem::take(&mut self.quarantine_requested)
+    }
+
+    /// Records where the rejected checkpoint went (or why it could not be moved), for the
+    /// `CheckpointRestored` condition.
+    pub fn checkpoint_moved_aside(&mut self, note: &str) {
+        if let Some((_, msg)) = &mut self.checkpoint_problem {
+            msg.push_str(&format!(" ({note})"));
+        }
+    }
+
     /// Whether the agent is ready: pods synced and a configuration in effect.
     pub fn ready(&self) -> bool {
         self.synced && self.admitter.is_some()
@@ -499,7 +563,7 @@ impl Core {
                 CHECKPOINT,
                 false,
                 reason.clone(),
-                format!("{msg}; the file was moved aside and the state rebuilt from the pods"),
+                format!("{msg}; the state was rebuilt from the pods"),
             )),
             None => set(ConditionSpec::new(
                 CHECKPOINT,
@@ -581,11 +645,18 @@ impl Core {
                         "the kubelet's CPU assignments equal nodetopo's",
                     ));
                 } else {
+                    let mut msg =
+                        format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
+                    if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
+                        msg.push_str(&format!(
+                            "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
+                        ));
+                    }
                     set(ConditionSpec::new(
                         conditions::KUBELET_AGREEMENT,
                         false,
                         "Disagree",
-                        format!("{} containers differ: {}", diffs.len(), diffs.join(", ")),
+                        msg,
                     ));
                 }
                 Some(KubeletObserved {
@@ -674,16 +745,61 @@ impl Core {
     }
 }
 
+/// Whether showing the kubelet's CPUs for the pods it holds, beside nodetopo's for the others,
+/// would publish one CPU for two pods; then the first such CPU and its two holders.
+fn kubelet_merge_conflict<'a>(
+    allocations: impl Iterator<Item = &'a AllocationReport>,
+    kubelet: &'a KubeletCpuState,
+) -> Option<String> {
+    let mut owner: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut claim = |uid: &'a str, set: &CpuSet| -> Option<String> {
+        for cpu in set.iter() {
+            match owner.insert(cpu, uid) {
+                Some(o) if o != uid => return Some(format!("cpu {cpu}: pods {o} and {uid}")),
+                _ => {}
+            }
+        }
+        None
+    };
+    let allocations: Vec<&AllocationReport> = allocations.collect();
+    for a in &allocations {
+        let in_kubelet = kubelet
+            .entries
+            .get(&a.pod_uid)
+            .and_then(|m| m.get(&a.container));
+        let set = match in_kubelet {
+            Some(set) => set.clone(),
+            None => CpuSet::parse(&a.cpus).unwrap_or_default(),
+        };
+        if let Some(c) = claim(&a.pod_uid, &set) {
+            return Some(c);
+        }
+    }
+    for (uid, cs) in &kubelet.entries {
+        for set in cs.values() {
+            if let Some(c) = claim(uid, set) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
 /// Where the kubelet itself runs the static policy, its checkpoint is the truth: each
 /// allocation the kubelet also holds shows the kubelet's CPUs, and nodetopo's own decision
 /// moves to `predictedCPUs` (the check; `KubeletAgreement` names every difference). Under the
 /// kubelet's `none` policy its checkpoint assigns nothing, and nodetopo's prediction stands.
+/// Where the two views cannot be mixed without showing one CPU for two pods (the kubelet
+/// placed a pod nodetopo has not, on CPUs nodetopo gave another), nodetopo's view is shown
+/// whole and `KubeletAgreement` says why.
 fn show_kubelet_assignments(
     allocations: &mut [AllocationReport],
     kubelet: &KubeletCpuState,
     topology: &CpuTopology,
 ) {
-    if kubelet.policy_name != "static" {
+    if kubelet.policy_name != "static"
+        || kubelet_merge_conflict(allocations.iter(), kubelet).is_some()
+    {
         return;
     }
     for a in allocations {
@@ -697,25 +813,6 @@ fn show_kubelet_assignments(
         a.predicted_cpus = Some(a.cpus.clone());
         a.place(topology, actual);
     }
-}
-
-/// Parses the checkpoint's CPU state; errors name the entry.
-fn state_from_checkpoint(cp: &CheckpointData) -> Result<CpuState, String> {
-    let default_cpuset = CpuSet::parse(&cp.default_cpu_set)
-        .map_err(|e| format!("defaultCpuSet {:?}: {e}", cp.default_cpu_set))?;
-    let mut assignments = BTreeMap::new();
-    for (uid, cs) in &cp.entries {
-        let mut m = BTreeMap::new();
-        for (c, s) in cs {
-            let set = CpuSet::parse(s).map_err(|e| format!("entries[{uid}][{c}] {s:?}: {e}"))?;
-            m.insert(c.clone(), set);
-        }
-        assignments.insert(uid.clone(), m);
-    }
-    Ok(CpuState {
-        default_cpuset,
-        assignments,
-    })
 }
 
 #[cfg(test)]

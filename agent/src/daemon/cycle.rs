@@ -44,6 +44,16 @@ impl Cycle {
         if core.reconcile() {
             metrics.admission_duration(started.elapsed());
         }
+        if core.take_quarantine_request() {
+            // The restored checkpoint broke an invariant: keep it for inspection before the
+            // rebuilt state replaces it.
+            let note = match checkpoint::quarantine(&self.cp_path, unix_now()) {
+                Ok(aside) => format!("kept as {}", aside.display()),
+                Err(e) => format!("could not be moved aside: {e}"),
+            };
+            tracing::warn!(file = %self.cp_path.display(), "inconsistent checkpoint: {note}");
+            core.checkpoint_moved_aside(&note);
+        }
         let cp = core.checkpoint();
         if let Some(data) = cp.as_ref().filter(|_| cp != self.last_cp) {
             match checkpoint::save(&self.cp_path, data) {
@@ -69,6 +79,14 @@ impl Cycle {
     pub fn last_status(&self) -> Option<&NodeTopologyStatus> {
         self.last_status.as_ref()
     }
+}
+
+/// Seconds since the epoch (names of files moved aside).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// The wall clock, for condition timestamps (only the shells read it).

@@ -12,15 +12,15 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod as K8sPod};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
 use super::cycle::{now, Cycle};
-use super::kubelet_state;
 use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
+use super::validate;
 use super::Args;
 
 /// The watcher configuration of the node's pods.
@@ -186,9 +186,9 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     }
     // The operator creates the NodeTopology; until then there is nothing to report on.
     let mut delay = Duration::from_secs(1);
-    let object = loop {
+    loop {
         match api.get_opt(&node).await {
-            Ok(Some(nt)) => break nt,
+            Ok(Some(_)) => break,
             Ok(None) => tracing::info!(
                 "waiting for NodeTopology {node}: the operator has not created it yet"
             ),
@@ -196,14 +196,28 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(30));
-    };
+    }
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
-    let (restored, problem) = load_checkpoint(&cp_path);
-    if let Some((reason, note)) = &problem {
+    let (restored, problem) = load_checkpoint(&cp_path, &topology);
+    // Events name the agent's own Pod, so they live in the agent's namespace (the chart
+    // grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the warning
+    // is only logged.
+    let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
+        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => {
+            Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace),
+                name: Some(name),
+                ..Default::default()
+            })
+        }
+        _ => None,
+    };
+    if let (Some((reason, note)), Some(reference)) = (&problem, own_pod) {
         let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
-        let reference: ObjectReference = object.object_ref(&());
         let ev = KubeEvent {
             type_: EventType::Warning,
             reason: reason.clone(),
@@ -215,7 +229,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             tracing::warn!("publishing event {reason}: {e}");
         }
     }
-    let mut core = Core::new(topology, restored, problem);
+    let mut core = Core::new(topology.clone(), restored, problem);
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
@@ -235,7 +249,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 None => stop = true,
             },
             _ = kubelet_tick.tick() => {
-                core.apply(Event::Kubelet(kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string())));
+                core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
             }
             _ = term.recv() => stop = true,
         }

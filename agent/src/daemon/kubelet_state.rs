@@ -97,12 +97,18 @@ pub fn parse(path: &Path, text: &str) -> Result<KubeletCpuState, KubeletStateErr
 /// Reads the checkpoint. `Ok(None)` when the file does not exist (no kubelet CPU manager
 /// on this node, or not mounted): that is not an error, just nothing to compare with.
 pub fn read(path: &Path) -> Result<Option<KubeletCpuState>, KubeletStateError> {
-    match std::fs::read_to_string(path) {
+    // Bounded, regular files only: a FIFO or /dev/zero in its place is an error, not a hang.
+    use nodetopo_engine::files::{read_text_bounded, ReadError};
+    match read_text_bounded(path, super::validate::KUBELET_STATE_MAX_BYTES) {
         Ok(text) => parse(path, &text).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(KubeletStateError::Io {
+        Err(ReadError::NotFound) => Ok(None),
+        Err(ReadError::Io(source)) => Err(KubeletStateError::Io {
             path: path.to_path_buf(),
             source,
+        }),
+        Err(e) => Err(KubeletStateError::Invalid {
+            path: path.to_path_buf(),
+            why: format!("the file {e}"),
         }),
     }
 }

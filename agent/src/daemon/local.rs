@@ -14,24 +14,44 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use nodetopo_cli::pods::pods_from_yaml;
 use nodetopo_crds::NodeTopology;
+use nodetopo_engine::CpuTopology;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::kubelet_state;
+use super::cycle::{now, unix_now, Cycle};
 use super::metrics::{self, Metrics};
+use super::validate;
 use super::Args;
+use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
+use nodetopo_engine::files::read_text_bounded;
+
+/// Identity and version of a file as `stat` (following symlinks) reports it: modification
+/// time, size and inode (a ConfigMap update swaps the `..data` symlink to new inodes).
+type Stamp = (Option<SystemTime>, u64, u64);
 
 /// One pod file as last seen.
 struct FileEntry {
-    stamp: (Option<SystemTime>, u64),
+    /// The version last seen.
+    stamp: Stamp,
+    /// Whether that version was read (false: seen once, waiting to settle).
+    read: bool,
     /// The pods of the last version that parsed, if any.
     good: Option<Vec<PodInfo>>,
-    /// The error of the current version, if it does not parse.
+    /// The error of the current version, if it does not parse or cannot be read.
     error: Option<String>,
 }
 
 /// Reads pod files and keeps the last good version of each.
+///
+/// A file is read only once it has settled: the same modification time, size and inode at
+/// two consecutive scans, and unchanged across the read. A file written in several steps is
+/// therefore not admitted as it looked after the first step, as long as the steps are less
+/// than one poll interval apart (writers that need more should write a temp file and rename
+/// it, as the kubelet's ConfigMap writer does). Symlinks are followed, so the ConfigMap mount
+/// layout (`pods.yaml -> ..data/pods.yaml`, `..data -> ..<timestamp>/`) works; names starting
+/// with a dot are never pod files. Files that cannot be read (not a regular file, too large,
+/// dangling symlink, no permission) or do not parse are reported and skipped; a file that
+/// parsed before keeps its last good version in effect.
 #[derive(Default)]
 pub struct PodDir {
     files: BTreeMap<PathBuf, FileEntry>,
@@ -51,43 +71,98 @@ pub fn pod_infos(text: &str) -> Result<Vec<PodInfo>, String> {
     pods.iter().map(PodInfo::from_manifest).collect()
 }
 
+fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    (meta.modified().ok(), meta.len(), meta.ino())
+}
+
+/// What one scan of the pods directory found.
+pub struct Scan {
+    /// Every pod in effect.
+    pub pods: Vec<PodInfo>,
+    /// Files that could not be used, with the reason.
+    pub problems: Vec<String>,
+    /// Whether every file was read (none is still settling).
+    pub settled: bool,
+}
+
 impl PodDir {
-    /// Scans the directory: returns every pod in effect and the problems found.
-    pub fn scan(&mut self, dir: &Path) -> Result<(Vec<PodInfo>, Vec<String>), String> {
+    /// Scans the directory: every pod in effect, the problems found, and whether every
+    /// file has settled.
+    pub fn scan(&mut self, dir: &Path) -> Result<Scan, String> {
         let rd =
             std::fs::read_dir(dir).map_err(|e| format!("pods directory {}: {e}", dir.display()))?;
         let mut seen = Vec::new();
+        let mut settled = true;
         for entry in rd.flatten() {
             let path = entry.path();
             if !is_pod_file(&path) {
                 continue;
             }
-            let meta = match entry.metadata() {
-                Ok(m) if m.is_file() => m,
-                _ => continue,
-            };
-            let stamp = (meta.modified().ok(), meta.len());
             seen.push(path.clone());
-            if self.files.get(&path).is_some_and(|f| f.stamp == stamp) {
+            // Follows symlinks (the ConfigMap layout); a dangling one is reported.
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.problem(&path, (None, 0, 0), format!("cannot be read: {e}"));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                seen.pop();
                 continue;
             }
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| pod_infos(&t));
-            let prev = self.files.remove(&path).and_then(|f| f.good);
-            let entry = match parsed {
-                Ok(pods) => FileEntry {
-                    stamp,
-                    good: Some(pods),
-                    error: None,
-                },
-                Err(e) => FileEntry {
-                    stamp,
-                    good: prev,
-                    error: Some(format!("{}: {e}", path.display())),
-                },
+            let stamp = stamp_of(&meta);
+            match self.files.get_mut(&path) {
+                Some(f) if f.stamp == stamp && f.read => continue,
+                Some(f) if f.stamp == stamp => {}
+                Some(f) => {
+                    // Changed since the last scan: wait one interval for it to settle.
+                    f.stamp = stamp;
+                    f.read = false;
+                    settled = false;
+                    continue;
+                }
+                None => {
+                    self.files.insert(
+                        path,
+                        FileEntry {
+                            stamp,
+                            read: false,
+                            good: None,
+                            error: None,
+                        },
+                    );
+                    settled = false;
+                    continue;
+                }
+            }
+            // Settled for one interval: read it, and use it only if it did not change
+            // while being read.
+            let read = read_text_bounded(&path, MAX_POD_FILE_BYTES);
+            let after = std::fs::metadata(&path).map(|m| stamp_of(&m)).ok();
+            if after != Some(stamp) {
+                if let Some(f) = self.files.get_mut(&path) {
+                    f.stamp = after.unwrap_or((None, 0, 0));
+                    f.read = false;
+                }
+                settled = false;
+                continue;
+            }
+            let parsed = match read {
+                Ok(text) => pod_infos(&text),
+                Err(e) => Err(format!("the file {e}")),
             };
-            self.files.insert(path, entry);
+            if let Some(f) = self.files.get_mut(&path) {
+                f.read = true;
+                match parsed {
+                    Ok(pods) => {
+                        f.good = Some(pods);
+                        f.error = None;
+                    }
+                    Err(e) => f.error = Some(format!("{}: {e}", path.display())),
+                }
+            }
         }
         self.files.retain(|p, _| seen.contains(p));
         let mut pods: BTreeMap<String, PodInfo> = BTreeMap::new();
@@ -102,12 +177,35 @@ impl PodDir {
                         p.pod.key(),
                         p.pod.uid
                     ));
+                } else if pods.len() >= MAX_PODS {
+                    problems.push(format!(
+                        "{}: pod {} skipped: the directory holds more than {MAX_PODS} pods",
+                        path.display(),
+                        p.pod.key()
+                    ));
                 } else {
                     pods.insert(p.pod.uid.clone(), p.clone());
                 }
             }
         }
-        Ok((pods.into_values().collect(), problems))
+        Ok(Scan {
+            pods: pods.into_values().collect(),
+            problems,
+            settled,
+        })
+    }
+
+    /// Records a file that cannot be read at all (its last good version stays in effect).
+    fn problem(&mut self, path: &Path, stamp: Stamp, why: String) {
+        let f = self.files.entry(path.to_path_buf()).or_insert(FileEntry {
+            stamp,
+            read: true,
+            good: None,
+            error: None,
+        });
+        f.stamp = stamp;
+        f.read = true;
+        f.error = Some(format!("{}: {why}", path.display()));
     }
 }
 
@@ -121,7 +219,7 @@ struct SpecFile {
 
 impl SpecFile {
     fn read(&mut self, path: &Path) -> Option<Event> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match read_text_bounded(path, MAX_POD_FILE_BYTES) {
             Ok(t) => t,
             Err(e) => {
                 return Some(Event::SpecUnreadable(format!(
@@ -153,29 +251,35 @@ impl SpecFile {
     }
 }
 
-/// Loads the checkpoint at start; a rejected file is moved aside and reported.
+/// Loads the checkpoint at start and validates it against this machine; a rejected file
+/// (unreadable, corrupt, or breaking an invariant) is moved aside, logged with its name, and
+/// reported. Leftover temp files of earlier runs killed mid-write are removed first.
 pub fn load_checkpoint(
     path: &Path,
+    topology: &CpuTopology,
 ) -> (Option<checkpoint::CheckpointData>, Option<(String, String)>) {
-    match checkpoint::load(path) {
-        Ok(data) => (data, None),
-        Err(e) => {
-            let secs = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            let aside = match checkpoint::quarantine(path, secs) {
-                Ok(p) => format!("kept as {}", p.display()),
-                Err(q) => format!("could not be moved aside: {q}"),
-            };
-            // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
-            tracing::warn!(reason = e.reason(), "{e}; {aside}");
-            (
-                None,
-                Some((e.reason().to_string(), format!("{e} ({aside})"))),
-            )
-        }
+    for stale in checkpoint::remove_stale_temp_files(path) {
+        tracing::info!(
+            "removed a temp file left by an interrupted write: {}",
+            stale.display()
+        );
     }
+    let problem = match checkpoint::load(path) {
+        Ok(None) => return (None, None),
+        Ok(Some(data)) => match validate::checkpoint(path, &data, topology) {
+            Ok(_) => return (Some(data), None),
+            Err(v) => (v.invariant.checkpoint_reason(), v.to_string()),
+        },
+        Err(e) => (e.reason(), e.to_string()),
+    };
+    let (reason, msg) = problem;
+    let aside = match checkpoint::quarantine(path, unix_now()) {
+        Ok(p) => format!("kept as {}", p.display()),
+        Err(q) => format!("could not be moved aside: {q}"),
+    };
+    // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
+    tracing::warn!(reason, file = %path.display(), "{msg}; {aside}");
+    (None, Some((reason.to_string(), format!("{msg} ({aside})"))))
 }
 
 /// The local-mode loop until SIGTERM/SIGINT.
@@ -189,13 +293,20 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
-    let (restored, problem) = load_checkpoint(&cp_path);
-    let mut core = Core::new(topology, restored, problem);
+    let (restored, problem) = load_checkpoint(&cp_path, &topology);
+    for stale in checkpoint::remove_stale_temp_files(status_path) {
+        tracing::info!(
+            "removed a temp file left by an interrupted write: {}",
+            stale.display()
+        );
+    }
+    let mut core = Core::new(topology.clone(), restored, problem);
     let metrics = Arc::new(Metrics::new());
     if !args.admin_addr.is_empty() {
         metrics::serve(&args.admin_addr, metrics.clone()).await?;
     }
     let mut dir = PodDir::default();
+    let mut synced_once = false;
     let mut spec = SpecFile {
         last_text: None,
         counter: 0,
@@ -217,17 +328,23 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let started = std::time::Instant::now();
         // Pods first, so that a restored checkpoint meets the real pod list.
+        // The first pod list waits until every file has settled: a restored allocation must
+        // never be released because its pod's file was still being written. Later, a
+        // settling file counts with its last good version (or not yet, when new).
         match dir.scan(pods_dir) {
-            Ok((pods, problems)) => {
-                core.apply(Event::PodsSynced(pods));
-                core.apply(Event::PodProblems(problems));
+            Ok(scan) => {
+                if scan.settled || synced_once {
+                    synced_once = true;
+                    core.apply(Event::PodsSynced(scan.pods));
+                }
+                core.apply(Event::PodProblems(scan.problems));
             }
             Err(e) => core.apply(Event::PodProblems(vec![e])),
         }
         if let Some(ev) = spec.read(spec_path) {
             core.apply(ev);
         }
-        let kubelet = kubelet_state::read(&args.kubelet_state).map_err(|e| e.to_string());
+        let kubelet = validate::read_kubelet_state(&args.kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
         if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let mut obj = NodeTopology::new(&spec.name, Default::default());
@@ -254,5 +371,93 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::info!("stopping: state and status flushed");
             return Ok(ExitCode::SUCCESS);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
+    const SECOND: &str = "  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
+
+    fn containers(scan: &Scan) -> Vec<usize> {
+        scan.pods.iter().map(|p| p.pod.containers.len()).collect()
+    }
+
+    #[test]
+    fn a_file_written_in_two_steps_is_used_only_complete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("p.yaml");
+        let mut d = PodDir::default();
+        // Step one: a complete-looking pod with one container.
+        std::fs::write(&file, POD).expect("write");
+        let s = d.scan(dir.path()).expect("scan");
+        assert!(
+            !s.settled && s.pods.is_empty(),
+            "not used before it settled"
+        );
+        // Step two, before the next scan: the second container.
+        std::fs::write(&file, format!("{POD}{SECOND}")).expect("append");
+        let s = d.scan(dir.path()).expect("scan");
+        assert!(
+            !s.settled && s.pods.is_empty(),
+            "changed again: still settling"
+        );
+        let s = d.scan(dir.path()).expect("scan");
+        assert!(s.settled);
+        assert_eq!(containers(&s), [2], "only the complete file is used");
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+    }
+
+    #[test]
+    fn configmap_layout_is_followed_and_unreadable_files_reported() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        // The kubelet's atomic writer: ..<timestamp>/ with the data, ..data -> it, and one
+        // symlink per key through ..data.
+        let v1 = root.join("..2024_01_01_00_00_00.1");
+        std::fs::create_dir(&v1).expect("mkdir");
+        std::fs::write(v1.join("pods.yaml"), POD).expect("write");
+        symlink("..2024_01_01_00_00_00.1", root.join("..data")).expect("..data");
+        symlink("..data/pods.yaml", root.join("pods.yaml")).expect("key");
+        // A FIFO and a dangling symlink where pod files should be: reported, never a hang.
+        let fifo = root.join("fifo.yaml");
+        let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("cstr");
+        // SAFETY: mkfifo on a valid NUL-terminated path; the result is checked.
+        assert_eq!(unsafe { libc_mkfifo(c.as_ptr()) }, 0);
+        symlink("nowhere.yaml", root.join("dangling.yaml")).expect("dangling");
+        let mut d = PodDir::default();
+        d.scan(root).expect("scan");
+        let s = d.scan(root).expect("scan");
+        assert_eq!(containers(&s), [1]);
+        let problems = s.problems.join("; ");
+        assert!(
+            problems.contains("fifo.yaml: the file is not a regular file (it is a FIFO)"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("dangling.yaml: cannot be read"),
+            "{problems}"
+        );
+        // An update swaps ..data to a new directory: the new version is picked up.
+        let v2 = root.join("..2024_01_01_00_00_01.2");
+        std::fs::create_dir(&v2).expect("mkdir");
+        std::fs::write(v2.join("pods.yaml"), format!("{POD}{SECOND}")).expect("write");
+        symlink("..2024_01_01_00_00_01.2", root.join("..data_tmp")).expect("tmp");
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).expect("swap");
+        d.scan(root).expect("scan");
+        let s = d.scan(root).expect("scan");
+        assert_eq!(containers(&s), [2]);
+    }
+
+    extern "C" {
+        fn mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+    }
+
+    unsafe fn libc_mkfifo(path: *const std::ffi::c_char) -> i32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { mkfifo(path, 0o600) }
     }
 }

@@ -110,6 +110,9 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
     let mut cores: HashMap<usize, Rc<CoreFacts>> = HashMap::new();
     let mut caches: HashMap<usize, Rc<CacheFacts>> = HashMap::new();
     let mut cpus = Vec::with_capacity(online.len());
+    // Every L3 description read (its shared_cpu_list file and content), for the
+    // consistency check below.
+    let mut l3_reads: Vec<(PathBuf, CacheModel)> = Vec::new();
     for id in online.iter() {
         let dir = cpu_dir.join(format!("cpu{id}"));
         let core = match cores.get(&id) {
@@ -117,6 +120,21 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
             None => {
                 let c = Rc::new(scan_core(&dir.join("topology"))?);
                 if let Some(s) = &c.siblings {
+                    // Sibling lists partition the CPUs: a CPU that an earlier list already
+                    // placed in another core makes the lists contradict each other (an
+                    // asymmetric pair would otherwise merge into one oversized core).
+                    for x in s.iter().chain([id]) {
+                        if let Some(other) = cores.get(&x) {
+                            return Err(SysfsError::Inconsistent {
+                                path: c.siblings_file.clone(),
+                                reason: format!(
+                                    "cpu{id}'s thread siblings {s} include cpu {x}, which {} places in another core ({})",
+                                    other.siblings_file.display(),
+                                    other.siblings.clone().unwrap_or_default()
+                                ),
+                            });
+                        }
+                    }
                     for x in s.iter().chain([id]) {
                         cores.insert(x, Rc::clone(&c));
                     }
@@ -128,6 +146,9 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
             Some(c) => Rc::clone(c),
             None => {
                 let (l3, llc) = scan_caches(&dir.join("cache"), id)?;
+                if let Some(l3) = &l3 {
+                    l3_reads.push((l3_file(&dir.join("cache"), l3.level), l3.clone()));
+                }
                 let c = Rc::new(CacheFacts { l3, llc });
                 let cover = match (&c.l3, &c.llc) {
                     (Some(a), Some(b)) => a.cpus.intersection(&b.cpus),
@@ -151,6 +172,8 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
         });
     }
 
+    check_l3_lists(&l3_reads, &online)?;
+
     let mut nodes = Vec::new();
     for id in read::numbered_dirs(&node_dir, "node")? {
         nodes.push(scan_node(&node_dir.join(format!("node{id}")), id)?);
@@ -167,6 +190,7 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
         }
     }
     let distance_columns = distance_columns(&node_dir, &nodes)?;
+    check_distances(&node_dir, &nodes, &distance_columns)?;
     Ok(MachineModel {
         online,
         cpus,
@@ -179,7 +203,78 @@ pub fn scan(root: &Path) -> Result<MachineModel, SysfsError> {
 struct CoreFacts {
     package_id: Option<u64>,
     siblings: Option<CpuSet>,
+    /// The file the siblings came from (for messages).
+    siblings_file: PathBuf,
     die_core: Option<(i64, i64)>,
+}
+
+/// The `shared_cpu_list` of a CPU's cache of `level` (for messages; the index directory
+/// is found again by level).
+fn l3_file(cache_dir: &Path, level: u8) -> PathBuf {
+    for idx in read::numbered_entries(cache_dir, "index").unwrap_or_default() {
+        let dir = cache_dir.join(format!("index{idx}"));
+        if read::uint(&dir.join("level")).ok().flatten() == Some(u64::from(level)) {
+            return dir.join("shared_cpu_list");
+        }
+    }
+    cache_dir.join("shared_cpu_list")
+}
+
+/// L3 sharing lists describe instances: two lists (restricted to online CPUs) are equal or
+/// disjoint. A partial overlap means one of them is damaged; using it would renumber other
+/// caches' ids (the id files stop being trusted), so it is an error naming both files.
+fn check_l3_lists(reads: &[(PathBuf, CacheModel)], online: &CpuSet) -> Result<(), SysfsError> {
+    let sets: Vec<CpuSet> = reads
+        .iter()
+        .map(|(_, c)| c.cpus.intersection(online))
+        .collect();
+    for (i, a) in sets.iter().enumerate() {
+        for (j, b) in sets.iter().enumerate().skip(i + 1) {
+            if a != b && !a.is_disjoint(b) {
+                return Err(SysfsError::Inconsistent {
+                    path: reads[j].0.clone(),
+                    reason: format!(
+                        "lists online CPUs {b}, which overlap but differ from {a} listed by {} (a damaged cache sharing list)",
+                        reads[i].0.display()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Distance rows must be valid: 10 to the node itself, at least 10 to every other node (a
+/// self-distance of 0, or a remote node closer than the local one, would make every
+/// distance-based choice meaningless). A remote distance of exactly 10 is accepted: real
+/// firmware reports it (a vendored Harpertown tree) although the ACPI SLIT rules forbid it.
+fn check_distances(
+    node_dir: &Path,
+    nodes: &[NodeModel],
+    columns: &[usize],
+) -> Result<(), SysfsError> {
+    for n in nodes {
+        let Some(row) = &n.distances else { continue };
+        for (col, &d) in columns.iter().zip(row) {
+            let bad = if *col == n.id {
+                (d != LOCAL_DISTANCE)
+                    .then(|| format!("distance to itself is {d}, expected {LOCAL_DISTANCE}"))
+            } else {
+                (d < LOCAL_DISTANCE).then(|| {
+                    format!(
+                        "distance to node {col} is {d}, closer than the node to itself ({LOCAL_DISTANCE})"
+                    )
+                })
+            };
+            if let Some(reason) = bad {
+                return Err(SysfsError::Inconsistent {
+                    path: node_dir.join(format!("node{}/distance", n.id)),
+                    reason,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A CPU's L3 and last-level cache, shared by the CPUs they list.
@@ -188,9 +283,23 @@ struct CacheFacts {
     llc: Option<CacheModel>,
 }
 
-/// `cpu/online`, or every `cpuN` whose `online` file is absent or 1.
+/// `cpu/online`, or every `cpuN` whose `online` file is absent or 1. `cpu/online` may only
+/// name CPUs that have a `cpuN` directory (a list larger than the directories would invent
+/// CPUs and hand them out).
 fn online_cpus(cpu_dir: &Path) -> Result<CpuSet, SysfsError> {
-    if let Some(s) = read::list(&cpu_dir.join("online"))? {
+    let online_file = cpu_dir.join("online");
+    if let Some(s) = read::list(&online_file)? {
+        let dirs: CpuSet = read::numbered_dirs(cpu_dir, "cpu")?.into_iter().collect();
+        let missing = s.difference(&dirs);
+        if !missing.is_empty() {
+            return Err(SysfsError::Inconsistent {
+                path: online_file,
+                reason: format!(
+                    "names CPUs {missing} that have no cpuN directory ({} directories found)",
+                    dirs.len()
+                ),
+            });
+        }
         return Ok(s);
     }
     let mut online = CpuSet::new();
@@ -217,8 +326,10 @@ fn scan_core(topo: &Path) -> Result<CoreFacts, SysfsError> {
         Some(p) if p >= 0 => Some(p as u64),
         _ => None,
     };
+    let mut siblings_file = topo.join("thread_siblings_list");
     let mut siblings = read::list_or_mask(topo, "thread_siblings_list", "thread_siblings")?;
     if siblings.is_none() {
+        siblings_file = topo.join("core_cpus_list");
         siblings = read::list_or_mask(topo, "core_cpus_list", "core_cpus")?;
     }
     let die_core = if siblings.is_none() {
@@ -231,6 +342,7 @@ fn scan_core(topo: &Path) -> Result<CoreFacts, SysfsError> {
     Ok(CoreFacts {
         package_id,
         siblings,
+        siblings_file,
         die_core,
     })
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use super::SysfsError;
 use crate::cpuset::CpuSet;
+use crate::files::ReadError;
 
 /// Attribute files are a page at most; anything far larger is not a sysfs attribute and is
 /// refused rather than read into memory.
@@ -18,10 +19,13 @@ const MAX_ATTR_BYTES: u64 = 1 << 20;
 
 /// Reads a text attribute, trimmed. `Ok(None)` when the file does not exist.
 pub(crate) fn attr(path: &Path) -> Result<Option<String>, SysfsError> {
-    let file = match fs::File::open(path) {
+    // Non-blocking open and a regular-file check: a FIFO or device planted as an attribute
+    // is an error naming the file, never a hang or an endless read.
+    let file = match crate::files::open_regular(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(SysfsError::io(path, e)),
+        Err(ReadError::NotFound) => return Ok(None),
+        Err(ReadError::Io(e)) => return Err(SysfsError::io(path, e)),
+        Err(e) => return Err(SysfsError::malformed(path, "", e.to_string())),
     };
     // One read normally returns the whole attribute (sysfs serves at most a page); a short
     // read is taken as the end, which saves the extra read that would only return 0.

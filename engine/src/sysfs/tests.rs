@@ -141,3 +141,93 @@ fn errors_name_file_and_content() {
     let e = discover(root).unwrap_err().to_string();
     assert!(e.contains("cpu/online") && e.contains("zz"), "{e}");
 }
+
+/// `discover`'s error as text, with the temp root replaced by `ROOT`.
+fn error_of(root: &Path) -> String {
+    let e = discover(root).expect_err("inconsistent tree");
+    e.to_string().replace(&root.display().to_string(), "ROOT")
+}
+
+#[test]
+fn online_list_naming_cpus_without_directories_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    base(tmp.path());
+    write(tmp.path(), "cpu/online", "0-5\n");
+    assert_eq!(
+        error_of(tmp.path()),
+        "inconsistent ROOT/devices/system/cpu/online: names CPUs 4-5 that have no cpuN directory (4 directories found)"
+    );
+    // A million CPUs on a four-CPU tree: refused the same way, without building them.
+    write(tmp.path(), "cpu/online", "0-1048575\n");
+    assert!(error_of(tmp.path()).contains("names CPUs 4-1048575"));
+}
+
+#[test]
+fn asymmetric_thread_siblings_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    base(root);
+    // cpu0 says {0,2}; cpu1 says {1,2}: cpu 2 would join a three-thread core.
+    write(root, "cpu/cpu1/topology/thread_siblings_list", "1-2");
+    assert_eq!(
+        error_of(root),
+        "inconsistent ROOT/devices/system/cpu/cpu1/topology/thread_siblings_list: cpu1's thread siblings 1-2 include cpu 2, which ROOT/devices/system/cpu/cpu0/topology/thread_siblings_list places in another core (0,2)"
+    );
+}
+
+#[test]
+fn invalid_distances_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    base(root);
+    write(root, "node/node0/cpulist", "0-1\n");
+    write(root, "node/node1/cpulist", "2-3\n");
+    write(root, "node/node0/distance", "0 20\n");
+    write(root, "node/node1/distance", "20 10\n");
+    assert_eq!(
+        error_of(root),
+        "inconsistent ROOT/devices/system/node/node0/distance: distance to itself is 0, expected 10"
+    );
+    write(root, "node/node0/distance", "10 20\n");
+    write(root, "node/node1/distance", "5 10\n");
+    assert_eq!(
+        error_of(root),
+        "inconsistent ROOT/devices/system/node/node1/distance: distance to node 0 is 5, closer than the node to itself (10)"
+    );
+    write(root, "node/node1/distance", "20 10\n");
+    assert_eq!(discover(root).unwrap().numa_distance(0, 1), Some(20));
+}
+
+#[test]
+fn a_damaged_l3_list_is_refused_instead_of_renumbering_caches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Two L3 instances, ids 7 (cpus 0,2) and 9 (cpus 1,3).
+    base(root);
+    for cpu in 0..4 {
+        let c = format!("cpu/cpu{cpu}/cache/index3");
+        write(root, &format!("{c}/level"), "3");
+        write(root, &format!("{c}/type"), "Unified");
+        let (id, list) = if cpu % 2 == 0 {
+            ("7", "0,2")
+        } else {
+            ("9", "1,3")
+        };
+        write(root, &format!("{c}/id"), id);
+        write(root, &format!("{c}/shared_cpu_list"), list);
+    }
+    let ids: Vec<usize> = discover(root)
+        .unwrap()
+        .uncore_caches()
+        .iter()
+        .map(|u| u.id)
+        .collect();
+    assert_eq!(ids, [7, 9]);
+    // cpu0's list is damaged ("0" alone): cpu2 then reads its own "0,2". Before, the id 7
+    // became ambiguous and cache 9 was renumbered to 1; now the contradiction is an error.
+    write(root, "cpu/cpu0/cache/index3/shared_cpu_list", "0");
+    assert_eq!(
+        error_of(root),
+        "inconsistent ROOT/devices/system/cpu/cpu2/cache/index3/shared_cpu_list: lists online CPUs 0,2, which overlap but differ from 0 listed by ROOT/devices/system/cpu/cpu0/cache/index3/shared_cpu_list (a damaged cache sharing list)"
+    );
+}

@@ -220,9 +220,13 @@ fn kubelet_agreement_names_every_differing_container() {
         .entry("ub".into())
         .or_default()
         .insert("app".into(), CpuSet::parse("10-11").expect("set"));
+    let held = entries
+        .values()
+        .flat_map(|m| m.values())
+        .fold(CpuSet::new(), |acc, s| acc.union(s));
     core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
         policy_name: "static".into(),
-        default_cpu_set: CpuSet::parse("0-9").expect("set"),
+        default_cpu_set: topo().all_cpus().difference(&held),
         entries,
         checksum: 1,
     }))));
@@ -293,3 +297,153 @@ fn rejected_checkpoint_is_reported_and_state_rebuilt() {
     assert_eq!(c.reason, "CheckpointChecksumMismatch");
     assert_eq!(st.allocations.len(), 1);
 }
+
+/// A consistent checkpoint of pods u1..u3 (4 CPUs each) on the 64-CPU machine.
+fn three_pod_checkpoint() -> (CheckpointData, Vec<PodInfo>) {
+    let pods = vec![
+        pod("p1", "u1", "2024-01-01T00:00:01Z", 4),
+        pod("p2", "u2", "2024-01-01T00:00:02Z", 4),
+        pod("p3", "u3", "2024-01-01T00:00:03Z", 4),
+    ];
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(pods.clone()));
+    core.reconcile();
+    (core.checkpoint().expect("checkpoint"), pods)
+}
+
+#[test]
+fn checksum_valid_but_contradictory_checkpoint_is_rejected() {
+    // The example: u2's entry and record copied from u1 (the file's checksum would
+    // be valid: only the meaning is wrong).
+    let (mut cp, pods) = three_pod_checkpoint();
+    let u1 = cp.entries["u1"].clone();
+    cp.entries.insert("u2".into(), u1.clone());
+    let mut rec = cp.allocations["u1"].clone();
+    for r in &mut rec {
+        r.pod_uid = "u2".into();
+    }
+    cp.allocations.insert("u2".into(), rec);
+    let mut core = Core::new(topo(), Some(cp), None);
+    assert!(
+        core.take_quarantine_request(),
+        "the shell must move it aside"
+    );
+    core.checkpoint_moved_aside("kept as /s/nodetopo_state.bad-1");
+    core.apply(Event::PodsSynced(pods));
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.reconcile();
+    let st = core.status(&[], &now());
+    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "CheckpointCpuOverlap")
+    );
+    assert!(
+        c.message.starts_with(&format!(
+            "nodetopo_state: invariant \"no CPU in two places\" violated: cpu {} is held by both u1/app and u2/app",
+            CpuSet::parse(&u1["app"]).expect("set").first().expect("cpu")
+        )),
+        "{}",
+        c.message
+    );
+    assert!(c
+        .message
+        .ends_with("(kept as /s/nodetopo_state.bad-1); the state was rebuilt from the pods"));
+    // Rebuilt: three pods, twelve distinct CPUs.
+    let mut all = CpuSet::new();
+    for a in &st.allocations {
+        let s = CpuSet::parse(&a.cpus).expect("set");
+        assert!(all.is_disjoint(&s), "overlap at {}", a.pod);
+        all = all.union(&s);
+    }
+    assert_eq!((st.allocations.len(), all.len()), (3, 12));
+}
+
+#[test]
+fn reserved_outside_the_shared_pool_is_rejected_and_moved_aside() {
+    let (mut cp, pods) = three_pod_checkpoint();
+    // Reserved CPU 32 moved from the shared pool into u3's entry and record.
+    let mut shared = CpuSet::parse(&cp.default_cpu_set).expect("set");
+    shared.remove(32);
+    cp.default_cpu_set = shared.to_string();
+    let mut u3 = CpuSet::parse(&cp.entries["u3"]["app"]).expect("set");
+    u3.insert(32);
+    cp.entries
+        .get_mut("u3")
+        .expect("u3")
+        .insert("app".into(), u3.to_string());
+    cp.allocations.get_mut("u3").expect("u3")[0].cpus = u3.to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(checkpoint::FILE_NAME);
+    checkpoint::save(&path, &cp).expect("save");
+    let mut core = Core::new(topo(), Some(cp), None);
+    assert!(
+        !core.take_quarantine_request(),
+        "valid without a configuration"
+    );
+    core.apply(Event::PodsSynced(pods));
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    let metrics = super::super::metrics::Metrics::new();
+    let mut cycle = super::super::cycle::Cycle::new(path.clone());
+    let st = cycle.run(&mut core, &metrics, &now()).expect("status");
+    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    assert_eq!(c.reason, "CheckpointInconsistent");
+    assert!(
+        c.message
+            .contains("invariant \"reserved CPUs in the shared pool\" violated"),
+        "{}",
+        c.message
+    );
+    // The old file really is kept aside, and a fresh consistent one replaced it.
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nodetopo_state.bad-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(c.message.contains(&aside[0]), "{}", c.message);
+    let fresh = checkpoint::load(&path).expect("load").expect("present");
+    assert!(validate::checkpoint(&path, &fresh, &topo()).is_ok());
+}
+
+#[test]
+fn kubelet_state_breaking_an_invariant_is_not_published() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![
+        pod("a", "ua", "2024-01-01T00:00:00Z", 2),
+        pod("b", "ub", "2024-01-01T00:00:01Z", 2),
+    ]));
+    core.reconcile();
+    for (a, b) in [("4-5", "5-6"), ("4-5", "200-201")] {
+        let mut entries: BTreeMap<String, BTreeMap<String, CpuSet>> = BTreeMap::new();
+        entries
+            .entry("ua".into())
+            .or_default()
+            .insert("app".into(), CpuSet::parse(a).expect("set"));
+        entries
+            .entry("ub".into())
+            .or_default()
+            .insert("app".into(), CpuSet::parse(b).expect("set"));
+        core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+            policy_name: "static".into(),
+            default_cpu_set: CpuSet::parse("0-3").expect("set"),
+            entries,
+            checksum: 1,
+        }))));
+        let st = core.status(&[], &now());
+        assert!(
+            st.kubelet.is_none(),
+            "nothing of the kubelet state published"
+        );
+        assert!(st.allocations.iter().all(|a| a.predicted_cpus.is_none()));
+        let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("c");
+        assert_eq!(k.status, "False");
+        assert!(k.message.contains("invariant"), "{}", k.message);
+    }
+}
+
+#[path = "props.rs"]
+mod props;

@@ -23,6 +23,11 @@ use crate::topologymanager::{NumaMask, TopologyHint};
 
 use super::{for_each_mask, within};
 
+/// The most devices a node may list, all resources together. Real nodes list a few dozen
+/// (GPUs, NICs' virtual functions: at most a few hundred); the bound keeps a device count such
+/// as `99999999999` from allocating gigabytes of device records.
+pub const MAX_DEVICES: usize = 4096;
+
 /// One device of an extended resource.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -56,6 +61,12 @@ pub enum DeviceError {
         id: String,
         /// The node.
         node: usize,
+    },
+    /// More devices than [`MAX_DEVICES`].
+    #[error("{count} devices listed; a node may list at most {MAX_DEVICES}")]
+    TooMany {
+        /// How many were listed.
+        count: usize,
     },
     /// Not enough free devices (kubelet `devicesToAllocate`).
     #[error("requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}")]
@@ -152,6 +163,11 @@ impl DeviceHintSource {
 impl DeviceManager {
     /// Registers `devices` on a machine with NUMA nodes `numa_ids`.
     pub fn new(devices: &[DeviceSpec], numa_ids: &[usize]) -> Result<Self, DeviceError> {
+        if devices.len() > MAX_DEVICES {
+            return Err(DeviceError::TooMany {
+                count: devices.len(),
+            });
+        }
         let mut map: BTreeMap<String, BTreeMap<String, NumaMask>> = BTreeMap::new();
         for d in devices {
             let mut bits = 0u64;
