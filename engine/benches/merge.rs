@@ -48,14 +48,22 @@ fn fewest(v: &[u64], within: NumaMask, r: u64) -> Option<u32> {
 #[derive(Debug)]
 struct Capacity {
     free: Vec<u64>,
-    total: Vec<u64>,
     request: u64,
-    machine: NumaMask,
+    /// The narrowest width the node totals could cover (the kubelet's minAffinitySize,
+    /// computed once per request as the providers do).
+    preferred: Option<u32>,
 }
 
 impl Capacity {
+    fn new(free: Vec<u64>, total: &[u64], request: u64, machine: NumaMask) -> Self {
+        Capacity {
+            preferred: fewest(total, machine, request),
+            free,
+            request,
+        }
+    }
     fn preferred_width(&self) -> Option<u32> {
-        fewest(&self.total, self.machine, self.request)
+        self.preferred
     }
 }
 
@@ -84,12 +92,13 @@ struct Memory {
     /// Nodes with memory assignments (single-NUMA ones: they never join multi-NUMA hints).
     assigned: NumaMask,
     request: u64,
-    machine: NumaMask,
+    /// The kubelet's minAffinitySize over allocatable memory, computed once.
+    preferred: Option<u32>,
 }
 
 impl Memory {
     fn preferred_width(&self) -> Option<u32> {
-        fewest(&self.allocatable, self.machine, self.request)
+        self.preferred
     }
     fn multi_ok(&self, m: NumaMask) -> bool {
         m.count() >= 2 && m.and(self.assigned).is_empty() && sum(&self.free, m) >= self.request
@@ -198,25 +207,15 @@ fn scenario(n: usize, kind: Kind) -> Scenario {
     } else {
         (4, 16 * gib, 1)
     };
-    let cpu = Capacity {
-        free: free_cpu,
-        total: total_cpu,
-        request: cpus,
-        machine,
-    };
+    let cpu = Capacity::new(free_cpu, &total_cpu, cpus, machine);
     let memory = Memory {
+        preferred: fewest(&allocatable, machine, mem),
         free: free_mem,
         allocatable,
         assigned,
         request: mem,
-        machine,
     };
-    let device = Capacity {
-        free: free_dev,
-        total: total_dev,
-        request: devs,
-        machine,
-    };
+    let device = Capacity::new(free_dev, &total_dev, devs, machine);
     let one = |name: &str, s: Arc<dyn HintSource>| -> ProviderHints {
         Some(BTreeMap::from([(
             name.to_string(),

@@ -54,7 +54,7 @@
 //! and option, bit for bit.
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashSet;
 
 use super::closest::{self, Prune};
@@ -62,6 +62,7 @@ use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
 use super::mask::for_each_subset_of_width;
+use super::reach::{self, distinct_affinities};
 use super::{
     HintSource, MergeResult, NumaInfo, NumaMask, ProviderHints, TmError, TmOptions, TmPolicy,
     TopologyHint,
@@ -86,6 +87,26 @@ pub fn merge(
     opts: &TmOptions,
     providers: &[ProviderHints],
 ) -> Result<MergeResult, TmError> {
+    merge_with_budget(policy, numa, opts, providers, MERGE_BUDGET)
+}
+
+/// The work budget of one [`merge`], in steps. A step is one call into a hint source, one
+/// node of a search, one AND of the explicit-list pair step, or [`reach::ZETA_OPS_PER_UNIT`]
+/// additions of its superset-sum step: each roughly 10 ns, so the budget is well under a
+/// second of work. Only inputs whose cost grows exponentially (see the module
+/// documentation and docs/topology-manager.md) come near it.
+pub const MERGE_BUDGET: u64 = 1 << 25;
+
+/// [`merge`] with an explicit work budget: when the merge would need more than `budget`
+/// steps it stops and returns [`TmError::MergeBudgetExceeded`], naming the input's sizes,
+/// instead of running on. Any result it does return is exact.
+pub fn merge_with_budget(
+    policy: TmPolicy,
+    numa: &NumaInfo,
+    opts: &TmOptions,
+    providers: &[ProviderHints],
+    budget: u64,
+) -> Result<MergeResult, TmError> {
     if policy == TmPolicy::None {
         let (hint, admit) = finish(policy, numa, None);
         return Ok(MergeResult { hint, admit });
@@ -102,6 +123,11 @@ pub fn merge(
             })
             .collect();
     }
+    let budget = Budget {
+        limit: budget,
+        used: Cell::new(0),
+        out: Cell::new(false),
+    };
     let mut explicit = Vec::new();
     let mut sources = Vec::new();
     let mut t: Option<u32> = None;
@@ -118,6 +144,8 @@ pub fn merge(
                     machine,
                     width: width.unwrap_or(0),
                     monotone: OnceCell::new(),
+                    whole: OnceCell::new(),
+                    budget: &budget,
                 });
                 width
             }
@@ -145,6 +173,8 @@ pub fn merge(
         numa,
         explicit: &explicit,
         sources: &sources,
+        budget: &budget,
+        matrix: OnceCell::new(),
     };
     let best = match search.best_preferred() {
         Some(m) => Some(TopologyHint {
@@ -156,8 +186,46 @@ pub fn merge(
             preferred: false,
         }),
     };
+    if budget.out.get() {
+        return Err(TmError::MergeBudgetExceeded {
+            budget: budget.limit,
+            nodes: machine.count(),
+            lists: lists.len(),
+            sources: sources.len(),
+            hints: lists
+                .iter()
+                .map(|l| match l {
+                    List::Hints(h) => h.len(),
+                    List::Source(_) => 0,
+                })
+                .sum(),
+        });
+    }
     let (hint, admit) = finish(policy, numa, best);
     Ok(MergeResult { hint, admit })
+}
+
+/// The merge's work counter. Once exhausted, every source call answers "no hint" and every
+/// search gives up, so the merge winds down at once; its result is then discarded.
+struct Budget {
+    limit: u64,
+    used: Cell<u64>,
+    out: Cell<bool>,
+}
+
+impl Budget {
+    /// Spends `units`; false (from now on) once the limit is passed.
+    fn spend(&self, units: u64) -> bool {
+        if self.out.get() {
+            return false;
+        }
+        let used = self.used.get().saturating_add(units);
+        self.used.set(used);
+        if used > self.limit {
+            self.out.set(true);
+        }
+        !self.out.get()
+    }
 }
 
 /// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
@@ -208,66 +276,80 @@ struct Explicit {
     preferred_nil: bool,
     /// Distinct raw affinities of its preferred non-nil hints.
     preferred: Vec<NumaMask>,
+    /// The same, for membership tests.
+    preferred_set: HashSet<NumaMask>,
     /// Distinct raw affinities of all its hints, nil as `None`.
     members: Vec<Option<NumaMask>>,
 }
 
 impl Explicit {
     fn new(hints: &[TopologyHint]) -> Self {
+        let mut preferred_set = HashSet::new();
         let mut preferred = Vec::new();
-        let mut members = Vec::new();
         let mut preferred_nil = false;
-        for h in hints {
-            if h.preferred {
-                match h.affinity {
-                    None => preferred_nil = true,
-                    Some(a) => {
-                        if !preferred.contains(&a) {
-                            preferred.push(a)
-                        }
+        for h in hints.iter().filter(|h| h.preferred) {
+            match h.affinity {
+                None => preferred_nil = true,
+                Some(a) => {
+                    if preferred_set.insert(a) {
+                        preferred.push(a)
                     }
                 }
-            }
-            if !members.contains(&h.affinity) {
-                members.push(h.affinity);
             }
         }
         Explicit {
             hints_empty: hints.is_empty(),
             preferred_nil,
             preferred,
-            members,
+            preferred_set,
+            members: distinct_affinities(hints),
         }
     }
 
     fn accepts(&self, a: NumaMask) -> bool {
-        self.preferred_nil || self.preferred.contains(&a)
+        self.preferred_nil || self.preferred_set.contains(&a)
     }
 }
 
 /// An implicit source; its monotonicity is asked once, and only if the non-preferred search
-/// needs it.
+/// needs it. Every call into it is charged to the merge's budget.
 struct Source<'a> {
     s: &'a dyn HintSource,
     machine: NumaMask,
     /// Its narrowest hint width.
     width: u32,
     monotone: OnceCell<bool>,
+    /// Whether the machine itself is a hint (asked once: upward-closed sources answer every
+    /// "is there a hint containing this part" with it).
+    whole: OnceCell<bool>,
+    budget: &'a Budget,
 }
 
 impl Source<'_> {
     fn is_monotone(&self) -> bool {
         *self
             .monotone
-            .get_or_init(|| self.s.is_upward_closed(self.machine))
+            .get_or_init(|| self.budget.spend(1) && self.s.is_upward_closed(self.machine))
+    }
+
+    fn lookup(&self, m: NumaMask) -> Option<bool> {
+        if !self.budget.spend(1) {
+            return None;
+        }
+        self.s.lookup(m)
     }
 
     /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
     fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
         if self.is_monotone() {
-            self.s.lookup(hi).is_some()
+            if hi == self.machine {
+                return *self
+                    .whole
+                    .get_or_init(|| self.lookup(self.machine).is_some());
+            }
+            self.lookup(hi).is_some()
         } else {
-            self.s.any_hint_between(lo, hi)
+            self.budget.spend(1) && self.s.any_hint_between(lo, hi)
         }
     }
 }
@@ -278,15 +360,20 @@ struct Search<'a> {
     numa: &'a NumaInfo,
     explicit: &'a [Explicit],
     sources: &'a [Source<'a>],
+    budget: &'a Budget,
+    /// The distance matrix for the prefer-closest branch and bound, built on first use
+    /// (`None` inside: no exact integer order, sort instead).
+    matrix: OnceCell<Option<closest::Matrix>>,
 }
 
 impl Search<'_> {
     /// Every mask is accepted by every list (as the common preferred affinity).
     fn accepted_by_all(&self, a: NumaMask) -> bool {
         self.explicit.iter().all(|e| e.accepts(a))
-            && self.sources.iter().all(|s| {
-                !a.is_empty() && a.is_subset_of(self.machine) && s.s.lookup(a) == Some(true)
-            })
+            && self
+                .sources
+                .iter()
+                .all(|s| !a.is_empty() && a.is_subset_of(self.machine) && s.lookup(a) == Some(true))
     }
 
     /// The best mask among `cands` under the preferred (mask-order) comparison.
@@ -334,6 +421,9 @@ impl Search<'_> {
         let mut lo = 1;
         let mut hi = machine.count();
         for s in self.sources {
+            if !self.budget.spend(1) {
+                return None;
+            }
             let (l, h) = s.s.preferred_widths(machine)?;
             lo = lo.max(l);
             hi = hi.min(h);
@@ -344,7 +434,7 @@ impl Search<'_> {
         let upper_ok = |upper: NumaMask| {
             self.sources
                 .iter()
-                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+                .all(|s| !s.is_monotone() || s.lookup(upper).is_some())
         };
         // A preferred mask is a hint of every source, so each needs a hint containing the
         // part chosen so far (only non-monotone sources can fail this for a non-empty part
@@ -368,8 +458,12 @@ impl Search<'_> {
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
             if binomial(within.count(), w) > SCAN_LIMIT {
-                if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                    return closest::best_of_width(&m, within, w, prune, &mut ok);
+                let matrix = self
+                    .matrix
+                    .get_or_init(|| closest::Matrix::exact(self.numa, self.machine));
+                if let Some(m) = matrix {
+                    let stop = |units: u64| !self.budget.spend(units);
+                    return closest::best_of_width(m, within, w, prune, &mut ok, &stop);
                 }
             }
             // Few masks (or huge distances): sort by the kubelet's own f64 averages.
@@ -396,45 +490,41 @@ impl Search<'_> {
         let prefix: Vec<NumaMask> = (0..=ids.len())
             .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
             .collect();
-        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
+        // Every node of the search asks `upper_ok`: charge it there.
+        let upper_ok = |u: NumaMask| self.budget.spend(1) && (prune.upper_ok)(u);
+        let charged = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: prune.lower_ok,
+        };
+        first_in_integer_order(
+            &ids,
+            &prefix,
+            ids.len(),
+            NumaMask::EMPTY,
+            w,
+            &charged,
+            &mut ok,
+        )
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
     fn best_non_preferred(&self) -> Option<NumaMask> {
         let machine = self.machine;
         // Distinct merged masks of the explicit lists (nil = the machine), empties dropped.
-        let mut reach: Vec<NumaMask> = vec![machine];
-        for e in self.explicit {
-            let mut next = HashSet::with_capacity(reach.len());
-            for r in &reach {
-                for m in &e.members {
-                    let x = r.and(m.unwrap_or(machine));
-                    if !x.is_empty() {
-                        next.insert(x);
-                    }
-                }
-            }
-            reach = next.into_iter().collect();
-            if reach.is_empty() {
-                return None;
-            }
-        }
+        let lists: Vec<&[Option<NumaMask>]> =
+            self.explicit.iter().map(|e| e.members.as_slice()).collect();
+        let reach = reach::reachable(&lists, machine, &mut |units| self.budget.spend(units))
+            .ok()
+            .flatten()?;
         if self.sources.is_empty() {
-            let mut best: Option<NumaMask> = None;
-            for &c in &reach {
-                best = match best {
-                    None => Some(c),
-                    Some(b) if self.chooser.non_preferred_wins(b, c) => Some(c),
-                    keep => keep,
-                };
-            }
-            return best;
+            return self.chooser.best_non_preferred_of(&reach);
         }
         let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
         // An achievable mask lies within an explicit intersection and below a hint of every
         // source, and so does every part of it.
         let lower_ok = |part: NumaMask| {
-            reach.iter().any(|r| part.is_subset_of(*r))
+            self.budget.spend(1 + reach.len() as u64 / 16)
+                && reach.iter().any(|r| part.is_subset_of(*r))
                 && self.sources.iter().all(|s| s.between(part, machine))
         };
         let prune = Prune {
@@ -462,6 +552,9 @@ impl Search<'_> {
     /// Whether some permutation merges to exactly `m` (`m` non-empty, within the machine),
     /// given `reach`, the distinct merged masks of the explicit lists.
     fn achievable(&self, m: NumaMask, reach: &[NumaMask]) -> bool {
+        if !self.budget.spend(1 + reach.len() as u64 / 16) {
+            return false;
+        }
         // Only the minimal explicit intersections containing m matter (smaller dominates).
         let mut starts: Vec<NumaMask> = reach
             .iter()
@@ -511,7 +604,7 @@ impl Search<'_> {
             // Each remaining source has a hint ⊇ m (checked up front).
             return true;
         }
-        if j == self.sources.len() || !memo.insert((j, i)) {
+        if j == self.sources.len() || !memo.insert((j, i)) || !self.budget.spend(1) {
             return false;
         }
         let src = &self.sources[j];
