@@ -62,7 +62,8 @@ use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
 use super::mask::for_each_subset_of_width;
-use super::reach::{self, distinct_affinities};
+pub use super::reach::ReachStep;
+use super::reach::{self, MaskSet};
 use super::{
     HintSource, MergeResult, NumaInfo, NumaMask, ProviderHints, TmError, TmOptions, TmPolicy,
     TopologyHint,
@@ -107,6 +108,52 @@ pub fn merge_with_budget(
     providers: &[ProviderHints],
     budget: u64,
 ) -> Result<MergeResult, TmError> {
+    merge_tuned(
+        policy,
+        numa,
+        opts,
+        providers,
+        Tuning {
+            budget,
+            ..Tuning::default()
+        },
+    )
+}
+
+/// Internal switches of the product merge, for the differential tests (which force each
+/// path on inputs small enough for the reference). Every setting gives the same result.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// The work budget ([`MERGE_BUDGET`] by default).
+    pub budget: u64,
+    /// Up to this many masks of one width, prefer-closest sorts them all instead of the
+    /// branch and bound (0: always branch and bound, when distances allow it).
+    pub scan_limit: u64,
+    /// How explicit lists are combined.
+    pub step: ReachStep,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            budget: MERGE_BUDGET,
+            scan_limit: SCAN_LIMIT,
+            step: ReachStep::Cheaper,
+        }
+    }
+}
+
+/// [`merge`] with internal switches (see [`Tuning`]); for tests.
+#[doc(hidden)]
+pub fn merge_tuned(
+    policy: TmPolicy,
+    numa: &NumaInfo,
+    opts: &TmOptions,
+    providers: &[ProviderHints],
+    tuning: Tuning,
+) -> Result<MergeResult, TmError> {
+    let budget = tuning.budget;
     if policy == TmPolicy::None {
         let (hint, admit) = finish(policy, numa, None);
         return Ok(MergeResult { hint, admit });
@@ -175,6 +222,7 @@ pub fn merge_with_budget(
         sources: &sources,
         budget: &budget,
         matrix: OnceCell::new(),
+        tuning,
     };
     let best = match search.best_preferred() {
         Some(m) => Some(TopologyHint {
@@ -277,14 +325,15 @@ struct Explicit {
     /// Distinct raw affinities of its preferred non-nil hints.
     preferred: Vec<NumaMask>,
     /// The same, for membership tests.
-    preferred_set: HashSet<NumaMask>,
-    /// Distinct raw affinities of all its hints, nil as `None`.
+    preferred_set: MaskSet<NumaMask>,
+    /// The raw affinities of all its hints, nil as `None`, duplicates kept (the pair step
+    /// merges them in its output set, the table step in its indicator).
     members: Vec<Option<NumaMask>>,
 }
 
 impl Explicit {
     fn new(hints: &[TopologyHint]) -> Self {
-        let mut preferred_set = HashSet::new();
+        let mut preferred_set = MaskSet::default();
         let mut preferred = Vec::new();
         let mut preferred_nil = false;
         for h in hints.iter().filter(|h| h.preferred) {
@@ -302,7 +351,7 @@ impl Explicit {
             preferred_nil,
             preferred,
             preferred_set,
-            members: distinct_affinities(hints),
+            members: hints.iter().map(|h| h.affinity).collect(),
         }
     }
 
@@ -364,6 +413,7 @@ struct Search<'a> {
     /// The distance matrix for the prefer-closest branch and bound, built on first use
     /// (`None` inside: no exact integer order, sort instead).
     matrix: OnceCell<Option<closest::Matrix>>,
+    tuning: Tuning,
 }
 
 impl Search<'_> {
@@ -457,7 +507,7 @@ impl Search<'_> {
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
-            if binomial(within.count(), w) > SCAN_LIMIT {
+            if binomial(within.count(), w) > self.tuning.scan_limit {
                 let matrix = self
                     .matrix
                     .get_or_init(|| closest::Matrix::exact(self.numa, self.machine));
@@ -513,9 +563,19 @@ impl Search<'_> {
         // Distinct merged masks of the explicit lists (nil = the machine), empties dropped.
         let lists: Vec<&[Option<NumaMask>]> =
             self.explicit.iter().map(|e| e.members.as_slice()).collect();
-        let reach = reach::reachable(&lists, machine, &mut |units| self.budget.spend(units))
-            .ok()
-            .flatten()?;
+        let reach = match reach::build(
+            &lists,
+            machine,
+            &mut |units| self.budget.spend(units),
+            self.tuning.step,
+        ) {
+            Ok(r) => r?,
+            Err(()) => {
+                // Out of budget or too many distinct masks: report it as the budget.
+                self.budget.out.set(true);
+                return None;
+            }
+        };
         if self.sources.is_empty() {
             return self.chooser.best_non_preferred_of(&reach);
         }

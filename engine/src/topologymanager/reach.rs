@@ -34,11 +34,16 @@
 
 use std::collections::HashSet;
 
-use super::{NumaMask, TopologyHint};
+use super::NumaMask;
 
 /// The largest machine (NUMA node count) on which the superset-sum step is used: its tables
 /// hold 2^N `u32` counts (4 MiB at 20) and its counts stay exact modulo 2^32 up to 3^20.
 pub const ZETA_LIMIT: u32 = 20;
+
+/// The most distinct masks the pair step holds (beyond [`ZETA_LIMIT`] nodes, where no table
+/// bounds them): a larger set is refused like an exhausted budget, so an adversarial input
+/// cannot make the merge hold more than a few tens of MiB.
+pub const MAX_MASKS: usize = 1 << 20;
 
 /// Budget units charged for one AND-and-insert of the pair step; a superset-sum step is
 /// charged one unit per [`ZETA_OPS_PER_UNIT`] table additions (both roughly 10 ns).
@@ -46,31 +51,51 @@ pub const ZETA_OPS_PER_UNIT: u64 = 16;
 
 /// Positions of the machine's nodes: node id `ids[p]` is bit `p` of a compressed mask.
 struct Compress {
-    ids: Vec<usize>,
     machine: NumaMask,
+    /// `Some(lowest id)` when the machine's ids are contiguous (packing is then a shift).
+    shift: Option<u32>,
+    /// Position of each id of the machine.
+    position: [u8; 64],
+    ids: Vec<usize>,
 }
 
 impl Compress {
     fn new(machine: NumaMask) -> Self {
+        let ids: Vec<usize> = machine.ids().collect();
+        let mut position = [0u8; 64];
+        for (p, &id) in ids.iter().enumerate() {
+            position[id] = p as u8;
+        }
+        let low = machine.bits().trailing_zeros();
+        let contiguous =
+            machine.bits() >> low.min(63) == (1u64 << machine.count()) - 1 || machine.count() == 64;
         Compress {
-            ids: machine.ids().collect(),
             machine,
+            shift: contiguous.then_some(low),
+            position,
+            ids,
         }
     }
 
     /// The compressed form of `m ∧ machine`.
     fn pack(&self, m: NumaMask) -> usize {
-        let m = m.and(self.machine);
+        let m = m.and(self.machine).bits();
+        if let Some(low) = self.shift {
+            return (m >> low) as usize;
+        }
         let mut out = 0usize;
-        for (p, &id) in self.ids.iter().enumerate() {
-            if m.is_set(id) {
-                out |= 1 << p;
-            }
+        let mut bits = m;
+        while bits != 0 {
+            out |= 1 << self.position[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
         }
         out
     }
 
     fn unpack(&self, c: usize) -> NumaMask {
+        if let Some(low) = self.shift {
+            return NumaMask::from_bits((c as u64) << low);
+        }
         let mut bits = 0u64;
         for (p, &id) in self.ids.iter().enumerate() {
             if c >> p & 1 == 1 {
@@ -81,35 +106,91 @@ impl Compress {
     }
 }
 
-/// `t(S) <- Σ_{T ⊇ S} t(T)` (superset zeta), modulo 2^32.
-fn zeta(t: &mut [u32]) {
-    let n = t.len();
-    let mut step = 1;
-    while step < n {
-        for base in (0..n).step_by(2 * step) {
-            let (lo, hi) = t[base..base + 2 * step].split_at_mut(step);
-            for (a, b) in lo.iter_mut().zip(hi.iter()) {
-                *a = a.wrapping_add(*b);
+/// One pass of the superset transform over bit `S` (a power of two): `t[i] ±= t[i | S]` for
+/// every `i` without that bit. Generic over `S` so the short passes unroll.
+fn pass_const<const S: usize>(t: &mut [u32], sub: bool) {
+    for chunk in t.chunks_exact_mut(2 * S) {
+        let (lo, hi) = chunk.split_at_mut(S);
+        for (a, b) in lo.iter_mut().zip(hi.iter()) {
+            *a = if sub {
+                a.wrapping_sub(*b)
+            } else {
+                a.wrapping_add(*b)
+            };
+        }
+    }
+}
+
+fn pass(t: &mut [u32], step: usize, sub: bool) {
+    match step {
+        1 => pass_const::<1>(t, sub),
+        2 => pass_const::<2>(t, sub),
+        4 => pass_const::<4>(t, sub),
+        8 => pass_const::<8>(t, sub),
+        _ => {
+            for chunk in t.chunks_exact_mut(2 * step) {
+                let (lo, hi) = chunk.split_at_mut(step);
+                for (a, b) in lo.iter_mut().zip(hi.iter()) {
+                    *a = if sub {
+                        a.wrapping_sub(*b)
+                    } else {
+                        a.wrapping_add(*b)
+                    };
+                }
             }
         }
+    }
+}
+
+/// `t(S) <- Σ_{T ⊇ S} t(T)` (superset zeta), modulo 2^32; `t.len()` a power of two.
+fn zeta(t: &mut [u32]) {
+    let mut step = 1;
+    while step < t.len() {
+        pass(t, step, false);
         step *= 2;
     }
 }
 
 /// The inverse of [`zeta`] (superset Möbius), modulo 2^32.
 fn mobius(t: &mut [u32]) {
-    let n = t.len();
     let mut step = 1;
-    while step < n {
-        for base in (0..n).step_by(2 * step) {
-            let (lo, hi) = t[base..base + 2 * step].split_at_mut(step);
-            for (a, b) in lo.iter_mut().zip(hi.iter()) {
-                *a = a.wrapping_sub(*b);
-            }
-        }
+    while step < t.len() {
+        pass(t, step, true);
         step *= 2;
     }
 }
+
+/// A hasher for masks (one `u64` each): multiply-shift, far cheaper than SipHash for the
+/// hundreds of thousands of masks an explicit list can hold. Inputs are not secret and a
+/// poor spread only costs time, never correctness.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct MaskHasher(u64);
+
+impl std::hash::Hasher for MaskHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+    fn write_isize(&mut self, x: isize) {
+        self.write_u64(x as u64);
+    }
+}
+
+/// A hash set of masks with [`MaskHasher`].
+pub(crate) type MaskSet<T> = HashSet<T, std::hash::BuildHasherDefault<MaskHasher>>;
 
 /// Where the set is held.
 enum Set {
@@ -119,29 +200,25 @@ enum Set {
     Table(Vec<u32>),
 }
 
-/// The distinct non-empty merged masks of `lists` (each a list of distinct raw affinities,
-/// nil as `None`), or `Ok(None)` when every permutation merges to the empty mask.
-/// `charge(units)` is told the cost of each step before it runs and returns `false` to stop
-/// (budget exhausted): then the result is `Err(())`.
-pub(crate) fn reachable(
-    lists: &[&[Option<NumaMask>]],
-    machine: NumaMask,
-    charge: &mut dyn FnMut(u64) -> bool,
-) -> Result<Option<Vec<NumaMask>>, ()> {
-    build(lists, machine, charge, Step::Cheaper)
-}
-
-/// How each step is chosen (tests force one kind).
-#[derive(Clone, Copy, PartialEq)]
-enum Step {
+/// How each step of [`build`] is done (the differential tests force each kind).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReachStep {
+    /// The cheaper of the two for each list (the product's choice).
     Cheaper,
-    #[cfg(test)]
+    /// Always pairs.
     Pairs,
-    #[cfg(test)]
+    /// Always superset sums when N <= [`ZETA_LIMIT`] (pairs beyond).
     Table,
 }
 
-fn build(
+use ReachStep as Step;
+
+/// The distinct non-empty merged masks of `lists` (each a list of raw affinities, nil as
+/// `None`, duplicates allowed), or `Ok(None)` when every permutation merges to the empty mask.
+/// `charge(units)` is told the cost of each step before it runs and returns `false` to stop
+/// (budget exhausted): then, or when the set outgrows [`MAX_MASKS`], the result is `Err(())`.
+pub(crate) fn build(
     lists: &[&[Option<NumaMask>]],
     machine: NumaMask,
     charge: &mut dyn FnMut(u64) -> bool,
@@ -160,10 +237,8 @@ fn build(
                 let pair_units = (reach.len() as u64).saturating_mul(list.len() as u64);
                 let table = match mode {
                     Step::Cheaper => n <= ZETA_LIMIT && pair_units > zeta_units(3),
-                    #[cfg(test)]
                     Step::Pairs => false,
-                    #[cfg(test)]
-                    Step::Table => true,
+                    Step::Table => n <= ZETA_LIMIT,
                 };
                 if table {
                     if !charge(zeta_units(3)) {
@@ -178,13 +253,17 @@ fn build(
                     if !charge(pair_units) {
                         return Err(());
                     }
-                    let mut next = HashSet::with_capacity(reach.len());
+                    let mut next =
+                        MaskSet::with_capacity_and_hasher(reach.len(), Default::default());
                     for r in &reach {
                         for a in list.iter() {
                             let x = r.and(a.unwrap_or(machine));
                             if !x.is_empty() {
                                 next.insert(x);
                             }
+                        }
+                        if next.len() > MAX_MASKS {
+                            return Err(());
                         }
                     }
                     if next.is_empty() {
@@ -238,16 +317,6 @@ fn table_step(
     reach
 }
 
-/// The distinct raw affinities of `hints` (nil as `None`), in first-seen order.
-pub(crate) fn distinct_affinities(hints: &[TopologyHint]) -> Vec<Option<NumaMask>> {
-    let mut seen = HashSet::with_capacity(hints.len());
-    hints
-        .iter()
-        .map(|h| h.affinity)
-        .filter(|a| seen.insert(*a))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,7 +368,10 @@ mod tests {
                 assert_eq!(got, want, "case {case}");
             }
             // A budget that refuses everything stops at the first list.
-            assert_eq!(reachable(&refs, machine, &mut |_| false), Err(()));
+            assert_eq!(
+                build(&refs, machine, &mut |_| false, Step::Cheaper),
+                Err(())
+            );
         }
     }
 }
