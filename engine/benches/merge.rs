@@ -15,14 +15,22 @@
 //! `skewed` fills the low-numbered half of the machine completely and asks for a quarter of
 //! the machine (CPUs, memory and devices of N/4 nodes): the preferred masks all lie in the
 //! high half, far down the kubelet's integer order.
+//!
+//! `explicit-adversarial`: explicit hint lists of the class that made the distinct-mask
+//! dynamic programming exponential: N nodes, N providers, provider k lists every mask that
+//! contains node k (N·2^(N-1) hints), none preferred. The product merge at N = 4, 5, 8, 12,
+//! 14 and 16; the reference where it can enumerate the cross product (2^(N(N-1))
+//! permutations: N = 4 and 5; beyond, its cost is printed as permutations times its measured
+//! cost per permutation at N = 5).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use nodetopo_engine::topologymanager::mask::iterate_bit_masks;
 use nodetopo_engine::topologymanager::{
     merge, reference, HintSource, NumaInfo, NumaMask, ProviderHints, ResourceHints, TmOptions,
-    TmPolicy,
+    TmPolicy, TopologyHint,
 };
 
 fn sum(v: &[u64], m: NumaMask) -> u64 {
@@ -272,6 +280,16 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
+    // Every timed merge stays within the default work budget (an error would be timed
+    // silently otherwise).
+    for kind in [Kind::Fits, Kind::Tight, Kind::Wide, Kind::Skewed] {
+        for n in [8usize, 16, 32, 64] {
+            let s = scenario(n, kind);
+            for o in [&opts, &closest] {
+                merge(TmPolicy::Restricted, &s.numa, o, &s.providers).expect("within budget");
+            }
+        }
+    }
     for kind in [Kind::Fits, Kind::Tight, Kind::Wide, Kind::Skewed] {
         let mut g = c.benchmark_group(format!("merge/{}", kind.name()));
         g.sample_size(20)
@@ -294,5 +312,77 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// The adversarial explicit-list class on `n` nodes (ids 0..n, no distances).
+fn adversarial(n: usize) -> Scenario {
+    let ids: Vec<usize> = (0..n).collect();
+    let providers = (0..n)
+        .map(|k| {
+            let mut hints = Vec::new();
+            iterate_bit_masks(&ids, |m| {
+                if m.is_set(k) {
+                    hints.push(TopologyHint {
+                        affinity: Some(m),
+                        preferred: false,
+                    });
+                }
+            });
+            Some(BTreeMap::from([(
+                format!("r{k}"),
+                ResourceHints::Explicit(hints),
+            )]))
+        })
+        .collect();
+    Scenario {
+        numa: NumaInfo::new(ids.iter().map(|&i| (i, None)).collect(), false).expect("valid"),
+        providers,
+    }
+}
+
+fn bench_explicit(c: &mut Criterion) {
+    let opts = TmOptions {
+        prefer_closest_numa_nodes: false,
+        max_allowable_numa_nodes: 64,
+    };
+    for n in [4usize, 5] {
+        let s = adversarial(n);
+        let want = reference::merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers);
+        let got = merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers);
+        assert_eq!(got, want, "adversarial N = {n}: product != reference");
+    }
+    let mut g = c.benchmark_group("merge/explicit-adversarial");
+    g.sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(3));
+    for n in [4usize, 5, 8, 12, 14, 16] {
+        let s = adversarial(n);
+        merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers).expect("within budget");
+        g.bench_with_input(BenchmarkId::new("best-effort", n), &s, |b, s| {
+            b.iter(|| merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers))
+        });
+    }
+    let mut per_permutation = 0.0;
+    for n in [4usize, 5] {
+        let s = adversarial(n);
+        g.bench_with_input(BenchmarkId::new("reference-best-effort", n), &s, |b, s| {
+            b.iter(|| reference::merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers))
+        });
+        if n == 5 {
+            let start = std::time::Instant::now();
+            let _ = reference::merge(TmPolicy::BestEffort, &s.numa, &opts, &s.providers);
+            per_permutation = start.elapsed().as_secs_f64() / 16f64.powi(5);
+        }
+    }
+    g.finish();
+    for n in [8i32, 12, 14, 16] {
+        let permutations = 2f64.powi((n - 1) * n);
+        eprintln!(
+            "reference at N = {n}: {permutations:.3e} permutations (refused above {}), ~{:.3e} s at its N = 5 cost of {:.1} ns per permutation",
+            reference::PERMUTATION_LIMIT,
+            permutations * per_permutation,
+            per_permutation * 1e9
+        );
+    }
+}
+
+criterion_group!(benches, bench, bench_explicit);
 criterion_main!(benches);

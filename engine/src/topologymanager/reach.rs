@@ -67,8 +67,9 @@ impl Compress {
             position[id] = p as u8;
         }
         let low = machine.bits().trailing_zeros();
+        // (Count first: a 64-node machine would overflow the shift.)
         let contiguous =
-            machine.bits() >> low.min(63) == (1u64 << machine.count()) - 1 || machine.count() == 64;
+            machine.count() == 64 || machine.bits() >> low.min(63) == (1u64 << machine.count()) - 1;
         Compress {
             machine,
             shift: contiguous.then_some(low),
@@ -373,5 +374,31 @@ mod tests {
                 Err(())
             );
         }
+    }
+
+    /// Machines of 64 nodes and of non-contiguous ids pack and unpack masks faithfully.
+    #[test]
+    fn compression_round_trips() {
+        for machine in [u64::MAX, 0b1011_0110, 1 << 63 | 1, 0xFFFF_0000] {
+            let machine = NumaMask::from_bits(machine);
+            let c = Compress::new(machine);
+            for m in [
+                0u64,
+                u64::MAX,
+                0x8000_0000_0000_0001,
+                0b10_0100,
+                0xF0F0_F0F0,
+            ] {
+                let m = NumaMask::from_bits(m);
+                let packed = c.pack(m);
+                assert_eq!(packed.count_ones(), m.and(machine).count());
+                assert_eq!(c.unpack(packed), m.and(machine), "{machine:?} {m:?}");
+            }
+        }
+        let all = NumaMask::FULL;
+        let half = NumaMask::from_bits(u64::MAX >> 32);
+        let lists: [&[Option<NumaMask>]; 2] = [&[None, Some(half)], &[Some(all.minus(half))]];
+        let got = build(&lists, all, &mut |_| true, Step::Cheaper).unwrap();
+        assert_eq!(got, Some(vec![all.minus(half)]));
     }
 }
