@@ -2,17 +2,26 @@
 //!
 //! # Why it can be fast
 //!
-//! The kubelet folds every permutation (one hint per resource list) with a comparison that
-//! is a **total order** on merged hints, so the result is the maximum of the set of merged
-//! hints, whatever the enumeration order. That set splits in two:
+//! The kubelet folds every permutation (one hint per resource list) with `compare`, which
+//! is a **strict total order** on distinct merged hints: preferred before non-preferred;
+//! among preferred, the mask order (narrower, then the lower integer, or with
+//! prefer-closest the lower average distance among equal widths, then the lower integer);
+//! among non-preferred, the `T` rank of the width (below), then the same mask order. Two
+//! distinct masks never tie (the last resort is the integer value), and equal masks with
+//! equal preference are the same hint. So "the first permutation seen wins ties" never
+//! decides anything: the result is the maximum of the *set* of merged hints, whatever the
+//! enumeration order (the kubelet itself visits a provider's resources in Go's random map
+//! order). The `topologymanager_corners` test checks this on the reference itself by
+//! shuffling providers and hints. That set splits in two:
 //!
 //! 1. **Preferred merged hints.** A permutation merges to a preferred hint only if all its
 //!    hints are preferred and all its non-nil affinities are one and the same raw mask `A`
 //!    (nil hints must be preferred too). So the preferred results are `A ∧ machine` for the
 //!    masks `A` that every list *accepts* (holds `{A, preferred}` or a preferred nil), plus
 //!    the machine itself when every list holds a preferred nil. No product is needed: the
-//!    candidates come from one explicit list that lacks a preferred nil, or, when only
-//!    implicit sources constrain `A`, from the masks of the widths every source may prefer
+//!    candidates come from one explicit list that lacks a preferred nil (each checked
+//!    against every other list's hash set), or, when only implicit sources constrain `A`,
+//!    from the masks of the widths every source may prefer
 //!    ([`HintSource::preferred_widths`]), visited in the kubelet's mask order (width, then
 //!    integer value or KEP-3545 average distance) so the first accepted one wins. The visit
 //!    is a depth-first search that drops a branch when an upward-closed source has no hint
@@ -23,9 +32,11 @@
 //!    *achievable* mask under the kubelet's `T` order (count == T, else the largest count
 //!    below T, else the smallest above, ties by the mask order). Achievable masks are
 //!    computed in two stages:
-//!    * explicit lists: dynamic programming over the **distinct** merged masks (`reach ← {r ∧ m}`
-//!      per list, empty masks dropped since they can never win), so the cost is the number
-//!      of distinct masks times the list lengths, never the product of the lengths;
+//!    * explicit lists: the set of distinct merged masks, list by list (`reach`): pairs of
+//!      (mask so far, hint) while that set is small, superset-sum (zeta/Möbius) transforms
+//!      over the 2^N subsets once it is cheaper (N <= 20), so the cost is
+//!      O(2^N · min(H, N·L)) for H hints in L lists, never the product of the lengths;
+//!      without implicit sources the winner is then one pass over that set;
 //!    * implicit sources: the candidate masks `M` are visited in the `T` order (width by
 //!      width) and the first one an exact oracle accepts wins. The oracle asks "is there a
 //!      choice of hints, one per list, each ⊇ M, whose intersection is exactly M": a
@@ -37,21 +48,39 @@
 //!      upward-closed source ([`HintSource::is_upward_closed`], as CPU and device hints are)
 //!      is the single lookup of the upper end; the last source needs only that one check.
 //!
-//! # Complexity (N NUMA nodes, L lists, k = the extra nodes a source needs beyond M)
+//! # Complexity (N NUMA nodes, L lists, H explicit hints, k = the extra nodes a source needs)
 //!
-//! * Explicit lists only: O(Σ_l |reach_l| · |list_l|) with |reach| ≤ min(2^N, ∏|list|),
-//!   in practice a few hundred at N = 8, against ∏|list| for the kubelet.
+//! * Explicit lists only: O(H) for the preferred phase; O(Σ_l min(|R_l|·|list_l|, N·2^N))
+//!   for the non-preferred one (|R_l| the distinct masks after l lists, at most 2^N), so at
+//!   most O(2^N · min(H, N·L)) on machines of up to 20 nodes: the adversarial class (N
+//!   providers, each listing the 2^(N-1) masks containing its node) at N = 16 is 16
+//!   transforms of 2^16 entries, tens of milliseconds, where the kubelet would enumerate
+//!   2^240 permutations. Beyond 20 nodes only the pair step exists and |R| can reach
+//!   min(2^N, ∏|list|): inputs whose intersections are all distinct grow exponentially
+//!   there, and the budget below cuts them.
 //! * Implicit sources, preferred result (the common case: one width w preferred by every
-//!   source): at most C(N, w) lookups per source, N for w = 1.
+//!   source): at most C(N, w) lookups per source, N for w = 1; with prefer-closest the
+//!   branch and bound visits a few thousand nodes on the benchmarked 64-node machines.
 //! * Implicit sources, non-preferred result: per candidate mask, O(L · C(N, k)) lookups
 //!   for upward-closed sources; realistic requests (k ≤ 1-2) answer within the first
 //!   candidates. The worst case (many candidates rejected, large k, non-monotone sources
-//!   without an efficient [`HintSource::any_hint_between`]) is exponential, as the problem
-//!   itself is (deciding whether a mask is achievable embeds bin packing), but it never
-//!   depends on the product of the list lengths.
+//!   without an efficient [`HintSource::any_hint_between`], or prefer-closest distance
+//!   matrices without exploitable structure) is exponential, as the problem itself is
+//!   (deciding whether a mask is achievable embeds bin packing), but it never depends on the
+//!   product of the list lengths.
+//!
+//! # Budget
+//!
+//! Every merge counts its work in steps ([`MERGE_BUDGET`], about a third of a second of work):
+//! each call into a hint source, each search node, each AND of the pair step, each 16
+//! additions of a transform. When the count passes the budget, every source call answers
+//! "no hint" and every search stops, and the merge returns
+//! [`TmError::MergeBudgetExceeded`] naming the node, list, source and hint counts. So the
+//! exponential corners above end in a clear admission error instead of a hung agent; any
+//! result returned is exact.
 //!
 //! The differential tests check this against [`super::reference::merge`] on every policy
-//! and option, bit for bit.
+//! and option, bit for bit, with each internal path forced in turn ([`Tuning`]).
 
 use std::borrow::Cow;
 use std::cell::{Cell, OnceCell};
@@ -92,7 +121,7 @@ pub fn merge(
 }
 
 /// The work budget of one [`merge`], in steps. A step is one call into a hint source, one
-/// node of a search, one AND of the explicit-list pair step, or [`reach::ZETA_OPS_PER_UNIT`]
+/// node of a search, one AND of the explicit-list pair step, or 16
 /// additions of its superset-sum step: each roughly 10 ns, so the budget is well under a
 /// second of work. Only inputs whose cost grows exponentially (see the module
 /// documentation and docs/topology-manager.md) come near it.
@@ -306,7 +335,7 @@ fn first_in_integer_order(
 
 /// Up to this many masks of one width, the prefer-closest order is found by sorting them
 /// all (cheaper than branch and bound at that size).
-const SCAN_LIMIT: u64 = 2048;
+const SCAN_LIMIT: u64 = 256;
 
 /// C(n, k), saturating.
 fn binomial(n: u32, k: u32) -> u64 {
