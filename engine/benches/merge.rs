@@ -3,7 +3,10 @@
 //! enumeration (`reference::merge`) at 8 for the ratio.
 //!
 //! The hint sources are bench-local, with kubelet semantics and the cheap trait methods real
-//! providers implement: CPU and devices as "enough free capacity in the mask" (upward-closed,
+//! providers implement (each lookup O(N): the preferred width, the kubelet's
+//! minAffinitySize, is computed once per request as the providers do; until issue 14 the
+//! bench recomputed it with a sort on every lookup, which inflated every figure, the
+//! reference's included): CPU and devices as "enough free capacity in the mask" (upward-closed,
 //! preferred = the narrowest width the node totals allow), memory as the memory manager's
 //! static policy with its NUMA-group rule (a node holding a single-NUMA allocation never
 //! joins a multi-NUMA hint; non-monotone).

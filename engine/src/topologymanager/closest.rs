@@ -8,6 +8,13 @@
 //! builds masks node by node, cheapest join first, and prunes a branch when a lower bound on
 //! its sum exceeds the best accepted mask's (or equals it and no completion can have a
 //! smaller integer value). Larger distances fall back to sorting (see `Search::first_at_width`).
+//!
+//! Cost per search node: O(N) to update the join costs, O(N·r) for the bound (each node's
+//! neighbours are pre-sorted by pair cost once per merge, so "its r-1 cheapest pairs among
+//! the allowed nodes" is a short scan), no allocation. The bound is computed before the
+//! caller's `lower_ok` filter (which calls into hint sources), and the last node of a mask
+//! is chosen by one pass in (join cost, id) order: the first accepted candidate is the best
+//! completion, so `ok` is asked at most once per improving leaf.
 
 use super::{NumaInfo, NumaMask};
 
