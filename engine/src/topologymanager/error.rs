@@ -96,6 +96,21 @@ pub enum TmError {
     /// A scope name the topology manager does not know.
     #[error("unknown scope: {0:?}")]
     UnknownScope(String),
+    /// The product merge stopped at its work budget: the input is of a shape whose cost
+    /// grows exponentially (docs/topology-manager.md lists them).
+    #[error("topology hint merge gave up after its budget of {budget} steps: {nodes} NUMA nodes, {lists} hint lists ({sources} implicit sources, {hints} explicit hints); inputs of this shape grow exponentially with the NUMA node count (see docs/topology-manager.md, \"Worst-case cost\")")]
+    MergeBudgetExceeded {
+        /// The budget in steps.
+        budget: u64,
+        /// The machine's NUMA node count.
+        nodes: u32,
+        /// Hint lists after flattening the providers.
+        lists: usize,
+        /// How many of them are implicit sources.
+        sources: usize,
+        /// Total explicit hints.
+        hints: usize,
+    },
     /// The literal (reference) enumeration would visit more permutations than it allows.
     #[error("reference merge refused: the cross product has {permutations} permutations (limit {limit})")]
     TooManyPermutations {

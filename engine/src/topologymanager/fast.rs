@@ -2,17 +2,26 @@
 //!
 //! # Why it can be fast
 //!
-//! The kubelet folds every permutation (one hint per resource list) with a comparison that
-//! is a **total order** on merged hints, so the result is the maximum of the set of merged
-//! hints, whatever the enumeration order. That set splits in two:
+//! The kubelet folds every permutation (one hint per resource list) with `compare`, which
+//! is a **strict total order** on distinct merged hints: preferred before non-preferred;
+//! among preferred, the mask order (narrower, then the lower integer, or with
+//! prefer-closest the lower average distance among equal widths, then the lower integer);
+//! among non-preferred, the `T` rank of the width (below), then the same mask order. Two
+//! distinct masks never tie (the last resort is the integer value), and equal masks with
+//! equal preference are the same hint. So "the first permutation seen wins ties" never
+//! decides anything: the result is the maximum of the *set* of merged hints, whatever the
+//! enumeration order (the kubelet itself visits a provider's resources in Go's random map
+//! order). The `topologymanager_corners` test checks this on the reference itself by
+//! shuffling providers and hints. That set splits in two:
 //!
 //! 1. **Preferred merged hints.** A permutation merges to a preferred hint only if all its
 //!    hints are preferred and all its non-nil affinities are one and the same raw mask `A`
 //!    (nil hints must be preferred too). So the preferred results are `A ∧ machine` for the
 //!    masks `A` that every list *accepts* (holds `{A, preferred}` or a preferred nil), plus
 //!    the machine itself when every list holds a preferred nil. No product is needed: the
-//!    candidates come from one explicit list that lacks a preferred nil, or, when only
-//!    implicit sources constrain `A`, from the masks of the widths every source may prefer
+//!    candidates come from one explicit list that lacks a preferred nil (each checked
+//!    against every other list's hash set), or, when only implicit sources constrain `A`,
+//!    from the masks of the widths every source may prefer
 //!    ([`HintSource::preferred_widths`]), visited in the kubelet's mask order (width, then
 //!    integer value or KEP-3545 average distance) so the first accepted one wins. The visit
 //!    is a depth-first search that drops a branch when an upward-closed source has no hint
@@ -23,9 +32,11 @@
 //!    *achievable* mask under the kubelet's `T` order (count == T, else the largest count
 //!    below T, else the smallest above, ties by the mask order). Achievable masks are
 //!    computed in two stages:
-//!    * explicit lists: dynamic programming over the **distinct** merged masks (`reach ← {r ∧ m}`
-//!      per list, empty masks dropped since they can never win), so the cost is the number
-//!      of distinct masks times the list lengths, never the product of the lengths;
+//!    * explicit lists: the set of distinct merged masks, list by list (`reach`): pairs of
+//!      (mask so far, hint) while that set is small, superset-sum (zeta/Möbius) transforms
+//!      over the 2^N subsets once it is cheaper (N <= 20), so the cost is
+//!      O(2^N · min(H, N·L)) for H hints in L lists, never the product of the lengths;
+//!      without implicit sources the winner is then one pass over that set;
 //!    * implicit sources: the candidate masks `M` are visited in the `T` order (width by
 //!      width) and the first one an exact oracle accepts wins. The oracle asks "is there a
 //!      choice of hints, one per list, each ⊇ M, whose intersection is exactly M": a
@@ -37,24 +48,42 @@
 //!      upward-closed source ([`HintSource::is_upward_closed`], as CPU and device hints are)
 //!      is the single lookup of the upper end; the last source needs only that one check.
 //!
-//! # Complexity (N NUMA nodes, L lists, k = the extra nodes a source needs beyond M)
+//! # Complexity (N NUMA nodes, L lists, H explicit hints, k = the extra nodes a source needs)
 //!
-//! * Explicit lists only: O(Σ_l |reach_l| · |list_l|) with |reach| ≤ min(2^N, ∏|list|),
-//!   in practice a few hundred at N = 8, against ∏|list| for the kubelet.
+//! * Explicit lists only: O(H) for the preferred phase; O(Σ_l min(|R_l|·|list_l|, N·2^N))
+//!   for the non-preferred one (|R_l| the distinct masks after l lists, at most 2^N), so at
+//!   most O(2^N · min(H, N·L)) on machines of up to 20 nodes: the adversarial class (N
+//!   providers, each listing the 2^(N-1) masks containing its node) at N = 16 is 16
+//!   transforms of 2^16 entries, tens of milliseconds, where the kubelet would enumerate
+//!   2^240 permutations. Beyond 20 nodes only the pair step exists and |R| can reach
+//!   min(2^N, ∏|list|): inputs whose intersections are all distinct grow exponentially
+//!   there, and the budget below cuts them.
 //! * Implicit sources, preferred result (the common case: one width w preferred by every
-//!   source): at most C(N, w) lookups per source, N for w = 1.
+//!   source): at most C(N, w) lookups per source, N for w = 1; with prefer-closest the
+//!   branch and bound visits a few thousand nodes on the benchmarked 64-node machines.
 //! * Implicit sources, non-preferred result: per candidate mask, O(L · C(N, k)) lookups
 //!   for upward-closed sources; realistic requests (k ≤ 1-2) answer within the first
 //!   candidates. The worst case (many candidates rejected, large k, non-monotone sources
-//!   without an efficient [`HintSource::any_hint_between`]) is exponential, as the problem
-//!   itself is (deciding whether a mask is achievable embeds bin packing), but it never
-//!   depends on the product of the list lengths.
+//!   without an efficient [`HintSource::any_hint_between`], or prefer-closest distance
+//!   matrices without exploitable structure) is exponential, as the problem itself is
+//!   (deciding whether a mask is achievable embeds bin packing), but it never depends on the
+//!   product of the list lengths.
+//!
+//! # Budget
+//!
+//! Every merge counts its work in steps ([`MERGE_BUDGET`], about a third of a second of work):
+//! each call into a hint source, each search node, each AND of the pair step, each 16
+//! additions of a transform. When the count passes the budget, every source call answers
+//! "no hint" and every search stops, and the merge returns
+//! [`TmError::MergeBudgetExceeded`] naming the node, list, source and hint counts. So the
+//! exponential corners above end in a clear admission error instead of a hung agent; any
+//! result returned is exact.
 //!
 //! The differential tests check this against [`super::reference::merge`] on every policy
-//! and option, bit for bit.
+//! and option, bit for bit, with each internal path forced in turn ([`Tuning`]).
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashSet;
 
 use super::closest::{self, Prune};
@@ -62,6 +91,8 @@ use super::lists::{
     filter_single_numa, filter_single_numa_source, finish, flatten, narrowest_count, Chooser, List,
 };
 use super::mask::for_each_subset_of_width;
+pub use super::reach::ReachStep;
+use super::reach::{self, MaskSet};
 use super::{
     HintSource, MergeResult, NumaInfo, NumaMask, ProviderHints, TmError, TmOptions, TmPolicy,
     TopologyHint,
@@ -86,6 +117,72 @@ pub fn merge(
     opts: &TmOptions,
     providers: &[ProviderHints],
 ) -> Result<MergeResult, TmError> {
+    merge_with_budget(policy, numa, opts, providers, MERGE_BUDGET)
+}
+
+/// The work budget of one [`merge`], in steps. A step is one call into a hint source, one
+/// node of a search, one AND of the explicit-list pair step, or 16
+/// additions of its superset-sum step: each roughly 10 ns, so the budget is well under a
+/// second of work. Only inputs whose cost grows exponentially (see the module
+/// documentation and docs/topology-manager.md) come near it.
+pub const MERGE_BUDGET: u64 = 1 << 25;
+
+/// [`merge`] with an explicit work budget: when the merge would need more than `budget`
+/// steps it stops and returns [`TmError::MergeBudgetExceeded`], naming the input's sizes,
+/// instead of running on. Any result it does return is exact.
+pub fn merge_with_budget(
+    policy: TmPolicy,
+    numa: &NumaInfo,
+    opts: &TmOptions,
+    providers: &[ProviderHints],
+    budget: u64,
+) -> Result<MergeResult, TmError> {
+    merge_tuned(
+        policy,
+        numa,
+        opts,
+        providers,
+        Tuning {
+            budget,
+            ..Tuning::default()
+        },
+    )
+}
+
+/// Internal switches of the product merge, for the differential tests (which force each
+/// path on inputs small enough for the reference). Every setting gives the same result.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// The work budget ([`MERGE_BUDGET`] by default).
+    pub budget: u64,
+    /// Up to this many masks of one width, prefer-closest sorts them all instead of the
+    /// branch and bound (0: always branch and bound, when distances allow it).
+    pub scan_limit: u64,
+    /// How explicit lists are combined.
+    pub step: ReachStep,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            budget: MERGE_BUDGET,
+            scan_limit: SCAN_LIMIT,
+            step: ReachStep::Cheaper,
+        }
+    }
+}
+
+/// [`merge`] with internal switches (see [`Tuning`]); for tests.
+#[doc(hidden)]
+pub fn merge_tuned(
+    policy: TmPolicy,
+    numa: &NumaInfo,
+    opts: &TmOptions,
+    providers: &[ProviderHints],
+    tuning: Tuning,
+) -> Result<MergeResult, TmError> {
+    let budget = tuning.budget;
     if policy == TmPolicy::None {
         let (hint, admit) = finish(policy, numa, None);
         return Ok(MergeResult { hint, admit });
@@ -102,6 +199,11 @@ pub fn merge(
             })
             .collect();
     }
+    let budget = Budget {
+        limit: budget,
+        used: Cell::new(0),
+        out: Cell::new(false),
+    };
     let mut explicit = Vec::new();
     let mut sources = Vec::new();
     let mut t: Option<u32> = None;
@@ -118,6 +220,8 @@ pub fn merge(
                     machine,
                     width: width.unwrap_or(0),
                     monotone: OnceCell::new(),
+                    whole: OnceCell::new(),
+                    budget: &budget,
                 });
                 width
             }
@@ -145,6 +249,9 @@ pub fn merge(
         numa,
         explicit: &explicit,
         sources: &sources,
+        budget: &budget,
+        matrix: OnceCell::new(),
+        tuning,
     };
     let best = match search.best_preferred() {
         Some(m) => Some(TopologyHint {
@@ -156,8 +263,46 @@ pub fn merge(
             preferred: false,
         }),
     };
+    if budget.out.get() {
+        return Err(TmError::MergeBudgetExceeded {
+            budget: budget.limit,
+            nodes: machine.count(),
+            lists: lists.len(),
+            sources: sources.len(),
+            hints: lists
+                .iter()
+                .map(|l| match l {
+                    List::Hints(h) => h.len(),
+                    List::Source(_) => 0,
+                })
+                .sum(),
+        });
+    }
     let (hint, admit) = finish(policy, numa, best);
     Ok(MergeResult { hint, admit })
+}
+
+/// The merge's work counter. Once exhausted, every source call answers "no hint" and every
+/// search gives up, so the merge winds down at once; its result is then discarded.
+struct Budget {
+    limit: u64,
+    used: Cell<u64>,
+    out: Cell<bool>,
+}
+
+impl Budget {
+    /// Spends `units`; false (from now on) once the limit is passed.
+    fn spend(&self, units: u64) -> bool {
+        if self.out.get() {
+            return false;
+        }
+        let used = self.used.get().saturating_add(units);
+        self.used.set(used);
+        if used > self.limit {
+            self.out.set(true);
+        }
+        !self.out.get()
+    }
 }
 
 /// The smallest (as an integer) mask `s ∪ X`, `X` a `r`-subset of `ids[..k]`, accepted by
@@ -190,7 +335,7 @@ fn first_in_integer_order(
 
 /// Up to this many masks of one width, the prefer-closest order is found by sorting them
 /// all (cheaper than branch and bound at that size).
-const SCAN_LIMIT: u64 = 2048;
+const SCAN_LIMIT: u64 = 256;
 
 /// C(n, k), saturating.
 fn binomial(n: u32, k: u32) -> u64 {
@@ -208,66 +353,81 @@ struct Explicit {
     preferred_nil: bool,
     /// Distinct raw affinities of its preferred non-nil hints.
     preferred: Vec<NumaMask>,
-    /// Distinct raw affinities of all its hints, nil as `None`.
+    /// The same, for membership tests.
+    preferred_set: MaskSet<NumaMask>,
+    /// The raw affinities of all its hints, nil as `None`, duplicates kept (the pair step
+    /// merges them in its output set, the table step in its indicator).
     members: Vec<Option<NumaMask>>,
 }
 
 impl Explicit {
     fn new(hints: &[TopologyHint]) -> Self {
+        let mut preferred_set = MaskSet::default();
         let mut preferred = Vec::new();
-        let mut members = Vec::new();
         let mut preferred_nil = false;
-        for h in hints {
-            if h.preferred {
-                match h.affinity {
-                    None => preferred_nil = true,
-                    Some(a) => {
-                        if !preferred.contains(&a) {
-                            preferred.push(a)
-                        }
+        for h in hints.iter().filter(|h| h.preferred) {
+            match h.affinity {
+                None => preferred_nil = true,
+                Some(a) => {
+                    if preferred_set.insert(a) {
+                        preferred.push(a)
                     }
                 }
-            }
-            if !members.contains(&h.affinity) {
-                members.push(h.affinity);
             }
         }
         Explicit {
             hints_empty: hints.is_empty(),
             preferred_nil,
             preferred,
-            members,
+            preferred_set,
+            members: hints.iter().map(|h| h.affinity).collect(),
         }
     }
 
     fn accepts(&self, a: NumaMask) -> bool {
-        self.preferred_nil || self.preferred.contains(&a)
+        self.preferred_nil || self.preferred_set.contains(&a)
     }
 }
 
 /// An implicit source; its monotonicity is asked once, and only if the non-preferred search
-/// needs it.
+/// needs it. Every call into it is charged to the merge's budget.
 struct Source<'a> {
     s: &'a dyn HintSource,
     machine: NumaMask,
     /// Its narrowest hint width.
     width: u32,
     monotone: OnceCell<bool>,
+    /// Whether the machine itself is a hint (asked once: upward-closed sources answer every
+    /// "is there a hint containing this part" with it).
+    whole: OnceCell<bool>,
+    budget: &'a Budget,
 }
 
 impl Source<'_> {
     fn is_monotone(&self) -> bool {
         *self
             .monotone
-            .get_or_init(|| self.s.is_upward_closed(self.machine))
+            .get_or_init(|| self.budget.spend(1) && self.s.is_upward_closed(self.machine))
+    }
+
+    fn lookup(&self, m: NumaMask) -> Option<bool> {
+        if !self.budget.spend(1) {
+            return None;
+        }
+        self.s.lookup(m)
     }
 
     /// Is there a hint `a` with `lo ⊆ a ⊆ hi`? (`lo` non-empty, `lo ⊆ hi ⊆ machine`.)
     fn between(&self, lo: NumaMask, hi: NumaMask) -> bool {
         if self.is_monotone() {
-            self.s.lookup(hi).is_some()
+            if hi == self.machine {
+                return *self
+                    .whole
+                    .get_or_init(|| self.lookup(self.machine).is_some());
+            }
+            self.lookup(hi).is_some()
         } else {
-            self.s.any_hint_between(lo, hi)
+            self.budget.spend(1) && self.s.any_hint_between(lo, hi)
         }
     }
 }
@@ -278,15 +438,21 @@ struct Search<'a> {
     numa: &'a NumaInfo,
     explicit: &'a [Explicit],
     sources: &'a [Source<'a>],
+    budget: &'a Budget,
+    /// The distance matrix for the prefer-closest branch and bound, built on first use
+    /// (`None` inside: no exact integer order, sort instead).
+    matrix: OnceCell<Option<closest::Matrix>>,
+    tuning: Tuning,
 }
 
 impl Search<'_> {
     /// Every mask is accepted by every list (as the common preferred affinity).
     fn accepted_by_all(&self, a: NumaMask) -> bool {
         self.explicit.iter().all(|e| e.accepts(a))
-            && self.sources.iter().all(|s| {
-                !a.is_empty() && a.is_subset_of(self.machine) && s.s.lookup(a) == Some(true)
-            })
+            && self
+                .sources
+                .iter()
+                .all(|s| !a.is_empty() && a.is_subset_of(self.machine) && s.lookup(a) == Some(true))
     }
 
     /// The best mask among `cands` under the preferred (mask-order) comparison.
@@ -334,6 +500,9 @@ impl Search<'_> {
         let mut lo = 1;
         let mut hi = machine.count();
         for s in self.sources {
+            if !self.budget.spend(1) {
+                return None;
+            }
             let (l, h) = s.s.preferred_widths(machine)?;
             lo = lo.max(l);
             hi = hi.min(h);
@@ -344,7 +513,7 @@ impl Search<'_> {
         let upper_ok = |upper: NumaMask| {
             self.sources
                 .iter()
-                .all(|s| !s.is_monotone() || s.s.lookup(upper).is_some())
+                .all(|s| !s.is_monotone() || s.lookup(upper).is_some())
         };
         // A preferred mask is a hint of every source, so each needs a hint containing the
         // part chosen so far (only non-monotone sources can fail this for a non-empty part
@@ -367,9 +536,13 @@ impl Search<'_> {
         mut ok: impl FnMut(NumaMask) -> bool,
     ) -> Option<NumaMask> {
         if self.chooser.is_closest() {
-            if binomial(within.count(), w) > SCAN_LIMIT {
-                if let Some(m) = closest::Matrix::exact(self.numa, within) {
-                    return closest::best_of_width(&m, within, w, prune, &mut ok);
+            if binomial(within.count(), w) > self.tuning.scan_limit {
+                let matrix = self
+                    .matrix
+                    .get_or_init(|| closest::Matrix::exact(self.numa, self.machine));
+                if let Some(m) = matrix {
+                    let stop = |units: u64| !self.budget.spend(units);
+                    return closest::best_of_width(m, within, w, prune, &mut ok, &stop);
                 }
             }
             // Few masks (or huge distances): sort by the kubelet's own f64 averages.
@@ -396,45 +569,51 @@ impl Search<'_> {
         let prefix: Vec<NumaMask> = (0..=ids.len())
             .map(|k| NumaMask::new(ids[..k].iter().copied()).unwrap_or(NumaMask::EMPTY))
             .collect();
-        first_in_integer_order(&ids, &prefix, ids.len(), NumaMask::EMPTY, w, prune, &mut ok)
+        // Every node of the search asks `upper_ok`: charge it there.
+        let upper_ok = |u: NumaMask| self.budget.spend(1) && (prune.upper_ok)(u);
+        let charged = Prune {
+            upper_ok: &upper_ok,
+            lower_ok: prune.lower_ok,
+        };
+        first_in_integer_order(
+            &ids,
+            &prefix,
+            ids.len(),
+            NumaMask::EMPTY,
+            w,
+            &charged,
+            &mut ok,
+        )
     }
 
     /// Phase 2: the best non-preferred merged mask under the `T` order.
     fn best_non_preferred(&self) -> Option<NumaMask> {
         let machine = self.machine;
         // Distinct merged masks of the explicit lists (nil = the machine), empties dropped.
-        let mut reach: Vec<NumaMask> = vec![machine];
-        for e in self.explicit {
-            let mut next = HashSet::with_capacity(reach.len());
-            for r in &reach {
-                for m in &e.members {
-                    let x = r.and(m.unwrap_or(machine));
-                    if !x.is_empty() {
-                        next.insert(x);
-                    }
-                }
-            }
-            reach = next.into_iter().collect();
-            if reach.is_empty() {
+        let lists: Vec<&[Option<NumaMask>]> =
+            self.explicit.iter().map(|e| e.members.as_slice()).collect();
+        let reach = match reach::build(
+            &lists,
+            machine,
+            &mut |units| self.budget.spend(units),
+            self.tuning.step,
+        ) {
+            Ok(r) => r?,
+            Err(()) => {
+                // Out of budget or too many distinct masks: report it as the budget.
+                self.budget.out.set(true);
                 return None;
             }
-        }
+        };
         if self.sources.is_empty() {
-            let mut best: Option<NumaMask> = None;
-            for &c in &reach {
-                best = match best {
-                    None => Some(c),
-                    Some(b) if self.chooser.non_preferred_wins(b, c) => Some(c),
-                    keep => keep,
-                };
-            }
-            return best;
+            return self.chooser.best_non_preferred_of(&reach);
         }
         let universe = reach.iter().fold(NumaMask::EMPTY, |u, r| u.or(*r));
         // An achievable mask lies within an explicit intersection and below a hint of every
         // source, and so does every part of it.
         let lower_ok = |part: NumaMask| {
-            reach.iter().any(|r| part.is_subset_of(*r))
+            self.budget.spend(1 + reach.len() as u64 / 16)
+                && reach.iter().any(|r| part.is_subset_of(*r))
                 && self.sources.iter().all(|s| s.between(part, machine))
         };
         let prune = Prune {
@@ -462,6 +641,9 @@ impl Search<'_> {
     /// Whether some permutation merges to exactly `m` (`m` non-empty, within the machine),
     /// given `reach`, the distinct merged masks of the explicit lists.
     fn achievable(&self, m: NumaMask, reach: &[NumaMask]) -> bool {
+        if !self.budget.spend(1 + reach.len() as u64 / 16) {
+            return false;
+        }
         // Only the minimal explicit intersections containing m matter (smaller dominates).
         let mut starts: Vec<NumaMask> = reach
             .iter()
@@ -511,7 +693,7 @@ impl Search<'_> {
             // Each remaining source has a hint ⊇ m (checked up front).
             return true;
         }
-        if j == self.sources.len() || !memo.insert((j, i)) {
+        if j == self.sources.len() || !memo.insert((j, i)) || !self.budget.spend(1) {
             return false;
         }
         let src = &self.sources[j];

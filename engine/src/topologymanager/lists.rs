@@ -148,6 +148,38 @@ impl<'a> Chooser<'a> {
         }
     }
 
+    /// The winner among distinct non-preferred merged masks, as the fold would keep it:
+    /// `non_preferred_wins` is a strict total order (by the width rank below, then the mask
+    /// order), so the winner is its minimum whatever the order of `masks`. Cost: one pass
+    /// over the masks, plus one average distance per mask of the winning width with
+    /// prefer-closest.
+    pub(crate) fn best_non_preferred_of(&self, masks: &[NumaMask]) -> Option<NumaMask> {
+        let t = self.t;
+        // T first, then below T by descending width, then above T by ascending width.
+        let rank = |m: &NumaMask| {
+            let c = i64::from(m.count());
+            if c == t {
+                0
+            } else if c < t {
+                t - c
+            } else {
+                c
+            }
+        };
+        let best_rank = masks.iter().filter(|m| !m.is_empty()).map(rank).min()?;
+        let ties = masks
+            .iter()
+            .filter(|m| !m.is_empty() && rank(m) == best_rank);
+        if self.closest {
+            // The kubelet's Closest among equal widths: lower average, then lower value.
+            ties.map(|m| (self.numa.average_distance(*m), *m))
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+                .map(|(_, m)| m)
+        } else {
+            ties.min().copied()
+        }
+    }
+
     /// Both non-preferred: whether `candidate` replaces `current` under the `T` rules.
     pub(crate) fn non_preferred_wins(&self, current: NumaMask, candidate: NumaMask) -> bool {
         let (c, k, t) = (

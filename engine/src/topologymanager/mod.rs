@@ -40,10 +40,13 @@ pub mod numa;
 pub mod options;
 pub mod policy;
 pub mod providers;
+mod reach;
 pub mod reference;
 
 pub use error::TmError;
-pub use fast::merge;
+pub use fast::{merge, merge_with_budget, MERGE_BUDGET};
+#[doc(hidden)]
+pub use fast::{merge_tuned, ReachStep, Tuning};
 pub use hints::{HintSource, MergeResult, ProviderHints, ResourceHints, TOPOLOGY_AFFINITY_ERROR};
 pub use manager::ManagerConfig;
 pub use mask::{MaskError, NumaMask};
