@@ -88,10 +88,11 @@ pub const MAX_PODS: usize = 10_000;
 pub const MAX_POD_FILE_BYTES: u64 = 4 << 20;
 
 /// Reads a pod YAML file: a regular file of at most [`MAX_POD_FILE_BYTES`] (a FIFO, device
-/// or runaway file is an error, never a hang or an unbounded read).
+/// or runaway file is an error, never a hang or an unbounded read). The caller names the
+/// file in its context.
 pub fn read_pod_file(path: &std::path::Path) -> anyhow::Result<String> {
     nodetopo_engine::files::read_text_bounded(path, MAX_POD_FILE_BYTES)
-        .map_err(|e| anyhow::anyhow!("{}: the file {e}", path.display()))
+        .map_err(|e| anyhow::anyhow!("the file {e}"))
 }
 
 /// The namespace used when a Pod names none, as `kubectl` does with no context namespace.

@@ -327,6 +327,51 @@ mod tests {
     }
 
     #[test]
+    fn stale_temp_files_are_removed_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(FILE_NAME);
+        let own = format!(".{FILE_NAME}.tmp.{}", std::process::id());
+        for name in [
+            ".nodetopo_state.tmp.12345",
+            ".nodetopo_state.tmp.999",
+            own.as_str(),
+            ".nodetopo_state.tmp.x1",
+            ".other.tmp.12345",
+            FILE_NAME,
+        ] {
+            fs::write(dir.path().join(name), b"x").expect("write");
+        }
+        let removed = remove_stale_temp_files(&path);
+        let names: Vec<String> = removed
+            .iter()
+            .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [".nodetopo_state.tmp.12345", ".nodetopo_state.tmp.999"]
+        );
+        let left = fs::read_dir(dir.path()).expect("ls").count();
+        assert_eq!(
+            left, 4,
+            "own temp file, foreign names and the checkpoint stay"
+        );
+    }
+
+    #[test]
+    fn quarantine_never_overwrites_an_earlier_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(FILE_NAME);
+        fs::write(&path, b"one").expect("write");
+        let a = quarantine(&path, 7).expect("first");
+        fs::write(&path, b"two").expect("write");
+        let b = quarantine(&path, 7).expect("second");
+        assert_ne!(a, b);
+        assert_eq!(fs::read(&a).expect("a"), b"one");
+        assert_eq!(fs::read(&b).expect("b"), b"two");
+        assert!(b.to_string_lossy().ends_with("nodetopo_state.bad-7.1"));
+    }
+
+    #[test]
     fn quarantine_keeps_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(FILE_NAME);

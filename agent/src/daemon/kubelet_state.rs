@@ -106,9 +106,9 @@ pub fn read(path: &Path) -> Result<Option<KubeletCpuState>, KubeletStateError> {
             path: path.to_path_buf(),
             source,
         }),
-        Err(e) => Err(KubeletStateError::Invalid {
+        Err(e) => Err(KubeletStateError::Io {
             path: path.to_path_buf(),
-            why: format!("the file {e}"),
+            source: std::io::Error::other(format!("the file {e}")),
         }),
     }
 }
