@@ -450,8 +450,10 @@ mod fuzz {
     fn pod_yaml_never_panics() {
         run("pod YAML", POD, |b| {
             let text = String::from_utf8_lossy(b);
-            match crate::pods::pods_from_yaml(&text) {
-                Ok(pods) => pods.iter().all(|p| crate::pods::engine_pod(p).is_ok()),
+            match nodetopo_cli::pods::pods_from_yaml(&text) {
+                Ok(pods) => pods
+                    .iter()
+                    .all(|p| nodetopo_cli::pods::engine_pod(p).is_ok()),
                 Err(e) => {
                     assert!(!e.to_string().is_empty());
                     false
