@@ -18,9 +18,10 @@ pub struct Pki {
     pub serving_cert_pem: String,
     /// The serving key, PKCS#8 PEM.
     pub serving_key_pem: String,
-    /// The service-account signing key (ECDSA P-256), PKCS#8 PEM; the apiserver derives the
-    /// verification key from it.
+    /// The service-account signing key (ECDSA P-256), PKCS#8 PEM.
     pub service_account_key_pem: String,
+    /// Its public key (PKIX PEM), with which the apiserver verifies tokens.
+    pub service_account_pub_pem: String,
 }
 
 fn pki_err(what: &'static str) -> impl FnOnce(rcgen::Error) -> Error {
@@ -64,5 +65,6 @@ pub fn generate() -> Result<Pki> {
         serving_cert_pem: serving.pem(),
         serving_key_pem: serving_key.serialize_pem(),
         service_account_key_pem: sa_key.serialize_pem(),
+        service_account_pub_pem: sa_key.public_key_pem(),
     })
 }

@@ -105,6 +105,7 @@ impl ControlPlane {
         write(&root.join("serving.crt"), &pki.serving_cert_pem)?;
         write(&root.join("serving.key"), &pki.serving_key_pem)?;
         write(&root.join("sa.key"), &pki.service_account_key_pem)?;
+        write(&root.join("sa.pub"), &pki.service_account_pub_pem)?;
         write(
             &root.join("tokens.csv"),
             &format!("{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n"),
@@ -156,20 +157,22 @@ impl ControlPlane {
     fn start_etcd(&self, peer_port: u16) -> Result<()> {
         let (out, err) = self.log_file("etcd.log")?;
         let mut cmd = Command::new(&self.bins.etcd);
-        cmd.arg(format!("--data-dir={}", self.dir.path().join("etcd").display()))
-            .arg(format!("--listen-client-url={}", self.etcd_url))
-            .arg(format!("--listen-peer-url=http://127.0.0.1:{peer_port}"))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+        cmd.arg(format!(
+            "--data-dir={}",
+            self.dir.path().join("etcd").display()
+        ))
+        .arg(format!("--listen-client-url={}", self.etcd_url))
+        .arg(format!("--listen-peer-url=http://127.0.0.1:{peer_port}"))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
         let child = process::spawn(cmd, "etcd")?;
         *self.etcd.lock().map_err(poisoned)? = Some(child);
         // The apiserver retries etcd itself; wait only until etcd says it is ready, so that a
         // broken etcd is reported as such.
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if fs::read_to_string(self.log("etcd.log")).is_ok_and(|t| t.contains("etcd: ready"))
-            {
+            if fs::read_to_string(self.log("etcd.log")).is_ok_and(|t| t.contains("etcd: ready")) {
                 return Ok(());
             }
             if let Some(status) = self.exited(&self.etcd)? {
@@ -200,7 +203,7 @@ impl ControlPlane {
             format!("--token-auth-file={}", p("tokens.csv")),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
-            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             // ValidatingAdmissionPolicy is on by default since 1.30; name it so that a change
@@ -210,7 +213,7 @@ impl ControlPlane {
             "--profiling=false".into(),
             // No kube-controller-manager and no other apiserver: skip the endpoints reconciler.
             "--endpoint-reconciler-type=none".into(),
-            "--v=1".into(),
+            "--v=0".into(),
         ]
     }
 
@@ -320,7 +323,8 @@ impl ControlPlane {
 
     /// A client authenticating with `token` (e.g. from [`ControlPlane::service_account_token`]).
     pub fn client_with_token(&self, token: &str) -> Client {
-        Client::try_from(self.config_with_token(token)).expect("a client from a static config builds")
+        Client::try_from(self.config_with_token(token))
+            .expect("a client from a static config builds")
     }
 
     /// A kubeconfig file for the admin (for kubectl, helm and the nodetopo binaries).
@@ -331,7 +335,10 @@ impl ControlPlane {
     /// Writes a kubeconfig for `token` into the temp dir and returns its path.
     pub fn kubeconfig_for_token(&self, name: &str, token: &str) -> Result<PathBuf> {
         let path = self.dir.path().join(format!("kubeconfig-{name}"));
-        write(&path, &kubeconfig_text(&self.url, &self.pki.ca_pem, name, token))?;
+        write(
+            &path,
+            &kubeconfig_text(&self.url, &self.pki.ca_pem, name, token),
+        )?;
         Ok(path)
     }
 

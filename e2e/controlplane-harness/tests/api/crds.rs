@@ -76,12 +76,18 @@ fn cases() -> Vec<Case> {
         accept(
             cel(rules::ALIGN_BY_SOCKET_SINGLE_NUMA),
             Both,
-            spec(static_cpu(json!({"align-by-socket": "true"})), tm("best-effort")),
+            spec(
+                static_cpu(json!({"align-by-socket": "true"})),
+                tm("best-effort"),
+            ),
         ),
         reject(
             cel(rules::ALIGN_BY_SOCKET_SINGLE_NUMA),
             Both,
-            spec(static_cpu(json!({"align-by-socket": "true"})), tm("single-numa-node")),
+            spec(
+                static_cpu(json!({"align-by-socket": "true"})),
+                tm("single-numa-node"),
+            ),
             "spec",
         ),
         accept(
@@ -101,7 +107,10 @@ fn cases() -> Vec<Case> {
         accept(
             cel(rules::STATIC_NEEDS_RESERVATION),
             Both,
-            spec(json!({"policy": "static", "reservedSystemCPUs": "0"}), none.clone()),
+            spec(
+                json!({"policy": "static", "reservedSystemCPUs": "0"}),
+                none.clone(),
+            ),
         ),
         reject(
             cel(rules::STATIC_NEEDS_RESERVATION),
@@ -137,34 +146,52 @@ fn cases() -> Vec<Case> {
         accept(
             cel(rules::CPU_OPTIONS_BOOLEAN),
             Both,
-            spec(static_cpu(json!({"strict-cpu-reservation": "false"})), none.clone()),
+            spec(
+                static_cpu(json!({"strict-cpu-reservation": "false"})),
+                none.clone(),
+            ),
         ),
         reject(
             cel(rules::CPU_OPTIONS_BOOLEAN),
             Both,
-            spec(static_cpu(json!({"strict-cpu-reservation": "yes"})), none.clone()),
+            spec(
+                static_cpu(json!({"strict-cpu-reservation": "yes"})),
+                none.clone(),
+            ),
             "spec.cpuManager.options",
         ),
         accept(
             cel(rules::RESERVED_SYSTEM_CPUS_SYNTAX),
             Both,
-            spec(json!({"policy": "static", "reservedSystemCPUs": "0,2,4-7"}), none.clone()),
+            spec(
+                json!({"policy": "static", "reservedSystemCPUs": "0,2,4-7"}),
+                none.clone(),
+            ),
         ),
         reject(
             cel(rules::RESERVED_SYSTEM_CPUS_SYNTAX),
             Both,
-            spec(json!({"policy": "static", "reservedSystemCPUs": "0-"}), none.clone()),
+            spec(
+                json!({"policy": "static", "reservedSystemCPUs": "0-"}),
+                none.clone(),
+            ),
             "spec.cpuManager.reservedSystemCPUs",
         ),
         accept(
             cel(rules::RESERVED_SYSTEM_CPUS_RANGES),
             Both,
-            spec(json!({"policy": "static", "reservedSystemCPUs": "1-3"}), none.clone()),
+            spec(
+                json!({"policy": "static", "reservedSystemCPUs": "1-3"}),
+                none.clone(),
+            ),
         ),
         reject(
             cel(rules::RESERVED_SYSTEM_CPUS_RANGES),
             Both,
-            spec(json!({"policy": "static", "reservedSystemCPUs": "3-1"}), none.clone()),
+            spec(
+                json!({"policy": "static", "reservedSystemCPUs": "3-1"}),
+                none.clone(),
+            ),
             "spec.cpuManager.reservedSystemCPUs",
         ),
         accept(
@@ -249,7 +276,10 @@ fn cases() -> Vec<Case> {
         ),
         (
             schema_id("enum", &format!("{p}.topologyManager.scope")),
-            spec(json!({"policy": "none"}), json!({"policy": "none", "scope": "node"})),
+            spec(
+                json!({"policy": "none"}),
+                json!({"policy": "none", "scope": "node"}),
+            ),
             "spec.topologyManager.scope",
         ),
         (
@@ -259,7 +289,10 @@ fn cases() -> Vec<Case> {
         ),
         (
             schema_id("maximum", &format!("{p}.cpuManager.reservedCPUs")),
-            spec(json!({"policy": "none", "reservedCPUs": 2147483648_i64}), none.clone()),
+            spec(
+                json!({"policy": "none", "reservedCPUs": 2147483648_i64}),
+                none.clone(),
+            ),
             "spec.cpuManager.reservedCPUs",
         ),
         (
@@ -281,7 +314,10 @@ fn cases() -> Vec<Case> {
         ),
         (
             schema_id("maxLength", &format!("{p}.cpuManager.options{{}}")),
-            spec(static_cpu(json!({"full-pcpus-only": "falsey"})), none.clone()),
+            spec(
+                static_cpu(json!({"full-pcpus-only": "falsey"})),
+                none.clone(),
+            ),
             "spec.cpuManager.options",
         ),
         (
@@ -315,7 +351,42 @@ fn cases() -> Vec<Case> {
     for (id, s, field) in schema {
         v.push(reject(id, Both, s, field));
     }
+    let expr = |op: &str, values: Option<Value>| {
+        let mut e = json!({"key": "pool", "operator": op});
+        if let Some(v) = values {
+            e["values"] = v;
+        }
+        json!({"nodeSelector": {"matchExpressions": [{"key": "zone", "operator": "Exists"}, e]}})
+    };
     v.extend([
+        accept(
+            cel(rules::SELECTOR_VALUES_REQUIRED),
+            Policy,
+            expr("NotIn", Some(json!(["a"]))),
+        ),
+        reject(
+            cel(rules::SELECTOR_VALUES_REQUIRED),
+            Policy,
+            expr("In", Some(json!([]))),
+            "spec.nodeSelector.matchExpressions[1]",
+        ),
+        accept(
+            cel(rules::SELECTOR_VALUES_FORBIDDEN),
+            Policy,
+            expr("DoesNotExist", None),
+        ),
+        reject(
+            cel(rules::SELECTOR_VALUES_FORBIDDEN),
+            Policy,
+            expr("Exists", Some(json!(["a"]))),
+            "spec.nodeSelector.matchExpressions[1]",
+        ),
+        reject(
+            schema_id("enum", "spec.nodeSelector.matchExpressions[].operator"),
+            Policy,
+            expr("Gt", Some(json!(["1"]))),
+            "spec.nodeSelector.matchExpressions[1].operator",
+        ),
         accept(
             schema_id("required", "spec.nodeSelector.matchExpressions[].key"),
             Policy,
@@ -508,11 +579,20 @@ async fn crds_establish_and_serve_printer_columns() {
         assert_eq!(columns[0], "Name");
         assert_eq!(&columns[1..], &expected[..], "{kind}: served columns");
         let cells = &table["rows"][0]["cells"];
-        let cpu_col = columns.iter().position(|c| c == "CPU-Manager").expect("CPU-Manager");
-        let tm_col = columns.iter().position(|c| c == "Topology-Manager").expect("TM");
+        let cpu_col = columns
+            .iter()
+            .position(|c| c == "CPU-Manager")
+            .expect("CPU-Manager");
+        let tm_col = columns
+            .iter()
+            .position(|c| c == "Topology-Manager")
+            .expect("TM");
         assert_eq!(cells[cpu_col], "static", "{kind}: {cells}");
         assert_eq!(cells[tm_col], "best-effort", "{kind}: {cells}");
-        println!("{kind}: {} printer columns served: {columns:?}", columns.len());
+        println!(
+            "{kind}: {} printer columns served: {columns:?}",
+            columns.len()
+        );
         api.delete(&name, &DeleteParams::default())
             .await
             .expect("delete");
@@ -538,16 +618,28 @@ async fn every_rule_and_constraint_accepts_and_rejects_with_the_field_named() {
                         Kinds::Topology => kind == "NodeTopology",
                     }
             };
-            let rejected = cases.iter().filter(applies).any(|c| c.rejected_at.is_some());
-            let accepted =
-                id.starts_with("cel:") && cases.iter().filter(applies).any(|c| c.rejected_at.is_none())
-                    || !id.starts_with("cel:");
+            let rejected = cases
+                .iter()
+                .filter(applies)
+                .any(|c| c.rejected_at.is_some());
+            let accepted = id.starts_with("cel:")
+                && cases
+                    .iter()
+                    .filter(applies)
+                    .any(|c| c.rejected_at.is_none())
+                || !id.starts_with("cel:");
             if !rejected || !accepted {
-                missing.push(format!("{kind}: {id} (rejected case: {rejected}, accepted case: {accepted})"));
+                missing.push(format!(
+                    "{kind}: {id} (rejected case: {rejected}, accepted case: {accepted})"
+                ));
             }
         }
     }
-    assert!(missing.is_empty(), "constraints without cases:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "constraints without cases:\n{}",
+        missing.join("\n")
+    );
 
     let client = cp.client();
     let pp = PostParams {
@@ -566,12 +658,15 @@ async fn every_rule_and_constraint_accepts_and_rejects_with_the_field_named() {
             tried += 1;
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
             let name = format!("rule-case-{i}");
-            let got = api.create(&pp, &object(kind, &name, case.spec.clone())).await;
+            let got = api
+                .create(&pp, &object(kind, &name, case.spec.clone()))
+                .await;
             let verdict = match (&got, case.rejected_at) {
                 (Ok(_), None) => Ok("accepted".to_string()),
                 (Err(e), Some(field)) => {
                     let msg = api_message(e);
-                    let names_field = msg.contains(&format!("{field}:")) || msg.contains(&format!("{field}."));
+                    let names_field =
+                        msg.contains(&format!("{field}:")) || msg.contains(&format!("{field}."));
                     let cel_msg = case.id.strip_prefix("cel:");
                     if !names_field {
                         Err(format!("rejected without naming {field}: {msg}"))

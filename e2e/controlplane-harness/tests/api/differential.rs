@@ -53,7 +53,9 @@ const CPU_OPTION_NAMES: &[&str] = &[
     "back\\slash",
     "",
 ];
-const BOOL_VALUES: &[&str] = &["true", "true", "false", "false", "True", "1", "", "yes", "truee", "false!"];
+const BOOL_VALUES: &[&str] = &[
+    "true", "true", "false", "false", "True", "1", "", "yes", "truee", "false!",
+];
 const CPU_LISTS: &[&str] = &[
     "0", "0-1", "0,2,4-7", "1-3", "3-1", "0-", "-1", "a", "0,,1", " 0", "0 ", "00001", "99999",
     "100000", "0-99999", "7-7", "1,0", "0-1,4-2", "", "0x1", "1\n", "٣",
@@ -65,7 +67,9 @@ const TM_OPTION_NAMES: &[&str] = &[
     "numa-magic",
     "Prefer-closest-numa-nodes",
 ];
-const NUMA_VALUES: &[&str] = &["8", "16", "999", "7", "0", "08", "1000", "abc", "", "-8", "8.0", "true"];
+const NUMA_VALUES: &[&str] = &[
+    "8", "16", "999", "7", "0", "08", "1000", "abc", "", "-8", "8.0", "true",
+];
 const OPERATORS: &[&str] = &["In", "NotIn", "Exists", "DoesNotExist", "in", "Gt"];
 
 fn options(rng: &mut Rng, names: &[&str], values: &dyn Fn(&mut Rng, &str) -> String) -> Value {
@@ -102,7 +106,16 @@ fn gen_spec(rng: &mut Rng) -> Value {
         spec.insert("nodeSelector".into(), Value::Object(sel));
     }
     if rng.chance(50) {
-        let p: i64 = *rng.pick(&[0, 1, -5, 100, 2147483647, -2147483648, 2147483648, -2147483649]);
+        let p: i64 = *rng.pick(&[
+            0,
+            1,
+            -5,
+            100,
+            2147483647,
+            -2147483648,
+            2147483648,
+            -2147483649,
+        ]);
         spec.insert("priority".into(), json!(p));
     }
     if rng.chance(85) {
@@ -113,7 +126,10 @@ fn gen_spec(rng: &mut Rng) -> Value {
         }
         if rng.chance(70) {
             let bool_value = |r: &mut Rng, _: &str| r.pick(BOOL_VALUES).to_string();
-            cpu.insert("options".into(), options(rng, CPU_OPTION_NAMES, &bool_value));
+            cpu.insert(
+                "options".into(),
+                options(rng, CPU_OPTION_NAMES, &bool_value),
+            );
         }
         if rng.chance(55) {
             cpu.insert("reservedSystemCPUs".into(), json!(rng.pick(CPU_LISTS)));
@@ -127,7 +143,13 @@ fn gen_spec(rng: &mut Rng) -> Value {
     if rng.chance(70) {
         let mut tm = Map::new();
         if rng.chance(95) {
-            let p = *rng.pick(&["none", "best-effort", "restricted", "single-numa-node", "strict"]);
+            let p = *rng.pick(&[
+                "none",
+                "best-effort",
+                "restricted",
+                "single-numa-node",
+                "strict",
+            ]);
             tm.insert("policy".into(), json!(p));
         }
         if rng.chance(50) {
@@ -176,7 +198,10 @@ async fn apiserver_and_rust_rules_agree_on_a_generated_corpus() {
     for i in 0..CORPUS {
         let spec = gen_spec(&mut rng);
         let server = api
-            .create(&pp, &object("NodeResourcePolicy", &format!("corpus-{i}"), spec.clone()))
+            .create(
+                &pp,
+                &object("NodeResourcePolicy", &format!("corpus-{i}"), spec.clone()),
+            )
             .await
             .map(|_| ())
             .map_err(|e| api_message(&e));
@@ -215,6 +240,13 @@ async fn apiserver_and_rust_rules_agree_on_a_generated_corpus() {
     for d in &disagreements {
         println!("{d}");
     }
-    assert!(accepted >= 50 && rejected >= 50, "the corpus must hold both kinds");
-    assert!(disagreements.is_empty(), "{} disagreements (printed above)", disagreements.len());
+    assert!(
+        accepted >= 50 && rejected >= 50,
+        "the corpus must hold both kinds"
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements (printed above)",
+        disagreements.len()
+    );
 }
