@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{Api, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
 
@@ -350,6 +351,48 @@ impl ControlPlane {
     /// The last `lines` lines of the apiserver log.
     pub fn apiserver_log_tail(&self, lines: usize) -> String {
         tail(&self.log("apiserver.log"), lines)
+    }
+
+    /// Applies every CRD that `nodetopo-crds` generates (server-side apply; idempotent, so
+    /// every test may call it) and waits until each is Established. Returns the CRDs as the
+    /// server stored them.
+    pub async fn install_crds(&self) -> Result<Vec<CustomResourceDefinition>> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client());
+        let pp = PatchParams::apply("nodetopo-controlplane-tests").force();
+        let mut out = Vec::new();
+        for crd in nodetopo_crds::generate::crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            api.patch(&name, &pp, &Patch::Apply(&crd))
+                .await
+                .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let got = api
+                    .get(&name)
+                    .await
+                    .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
+                let established = got
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                if established {
+                    out.push(got);
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::Other(format!(
+                        "CRD {name} not Established after 30s: {:?}",
+                        got.status
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(out)
     }
 
     /// Creates `namespace` and ServiceAccount `name` in it if absent (no controller-manager
