@@ -6,4 +6,5 @@
 mod common;
 mod crds;
 mod differential;
+mod helm;
 mod security;
