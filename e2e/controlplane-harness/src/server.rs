@@ -82,8 +82,25 @@ impl ControlPlane {
     /// The control plane shared by every test of this test binary, started on first use.
     /// `Ok(None)`: skipped. The processes die with the test process.
     pub fn shared() -> Result<Option<&'static Self>> {
-        static SHARED: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
-        match SHARED.get_or_init(|| Self::start().map_err(|e| e.to_string())) {
+        let shared = SHARED.get_or_init(|| {
+            let started = Self::start().map_err(|e| e.to_string());
+            if matches!(started, Ok(Some(_))) {
+                // Statics are never dropped: stop the processes and remove the temp dir
+                // when the test binary exits.
+                // SAFETY: registers a plain extern "C" function with no captured state.
+                unsafe {
+                    libc::atexit(stop_shared);
+                }
+                // Remember whether any test of this binary failed, to print the server log.
+                let previous = std::panic::take_hook();
+                std::panic::set_hook(Box::new(move |info| {
+                    SHARED_FAILED.store(true, std::sync::atomic::Ordering::SeqCst);
+                    previous(info);
+                }));
+            }
+            started
+        });
+        match shared {
             Ok(Some(cp)) => Ok(Some(cp)),
             Ok(None) => {
                 // Repeat the one-line reason for every skipping test.
@@ -457,6 +474,24 @@ impl ControlPlane {
     }
 }
 
+static SHARED: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
+
+static SHARED_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn stop_shared() {
+    if let Some(Ok(Some(cp))) = SHARED.get() {
+        if SHARED_FAILED.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!(
+                "--- a test failed: shared kube-apiserver log ({}), last 80 lines ---\n{}",
+                cp.log("apiserver.log").display(),
+                cp.apiserver_log_tail(80)
+            );
+        }
+        cp.stop();
+        let _ = fs::remove_dir_all(cp.dir.path());
+    }
+}
+
 fn poisoned<T>(_: std::sync::PoisonError<T>) -> Error {
     Error::Other("control-plane process lock poisoned".into())
 }
@@ -491,6 +526,19 @@ fn rand_u64() -> u64 {
     u64::from_le_bytes(b) ^ u64::from(std::process::id()) << 32
 }
 
+impl ControlPlane {
+    /// Kills both processes (idempotent).
+    fn stop(&self) {
+        for child in [&self.apiserver, &self.etcd] {
+            if let Ok(mut g) = child.lock() {
+                if let Some(mut c) = g.take() {
+                    process::kill_group(&mut c);
+                }
+            }
+        }
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -500,12 +548,6 @@ impl Drop for ControlPlane {
                 self.apiserver_log_tail(80)
             );
         }
-        for child in [&self.apiserver, &self.etcd] {
-            if let Ok(mut g) = child.lock() {
-                if let Some(mut c) = g.take() {
-                    process::kill_group(&mut c);
-                }
-            }
-        }
+        self.stop();
     }
 }
