@@ -83,8 +83,8 @@ fn build() -> Result<Binaries> {
 
 /// The control-plane binaries, built if needed (once per process).
 ///
-/// `Ok(None)`: Go is missing and [`required`] is false; one `SKIPPED: ...` line has been
-/// printed and the caller should return. With Go present, a failed build is always an error.
+/// `Ok(None)`: Go is missing and [`required`] is false; the caller prints [`skip_line`] and
+/// returns. With Go present, a failed build is always an error.
 pub fn binaries() -> Result<Option<Binaries>> {
     static ONCE: OnceLock<Result<Option<Binaries>, String>> = OnceLock::new();
     let r = ONCE.get_or_init(|| {
@@ -100,13 +100,15 @@ pub fn binaries() -> Result<Option<Binaries>> {
     });
     match r {
         Ok(Some(b)) => Ok(Some(b.clone())),
-        Ok(None) => {
-            let why = go_missing().unwrap_or_default();
-            println!(
-                "SKIPPED: control-plane tests need Go to build kube-apiserver and etcd ({why}); set {REQUIRE_ENV}=1 to make this a failure"
-            );
-            Ok(None)
-        }
+        Ok(None) => Ok(None),
         Err(e) => Err(Error::Other(e.clone())),
     }
+}
+
+/// The one line a skipping test prints.
+pub fn skip_line() -> String {
+    let why = go_missing().unwrap_or_else(|| "Go is not usable".into());
+    format!(
+        "SKIPPED: control-plane tests need Go to build kube-apiserver and etcd ({why}); set {REQUIRE_ENV}=1 to make this a failure"
+    )
 }

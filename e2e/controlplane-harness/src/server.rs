@@ -71,8 +71,17 @@ pub fn tail(path: &Path, lines: usize) -> String {
 }
 
 impl ControlPlane {
-    /// Starts a new control plane. `Ok(None)`: skipped (no Go, not required), already printed.
+    /// Starts a new control plane. `Ok(None)`: skipped (no Go, not required); the one
+    /// `SKIPPED: ...` line has been printed.
     pub fn start() -> Result<Option<Self>> {
+        let started = Self::start_quiet();
+        if matches!(started, Ok(None)) {
+            println!("{}", crate::binaries::skip_line());
+        }
+        started
+    }
+
+    fn start_quiet() -> Result<Option<Self>> {
         let Some(bins) = binaries()? else {
             return Ok(None);
         };
@@ -83,7 +92,7 @@ impl ControlPlane {
     /// `Ok(None)`: skipped. The processes die with the test process.
     pub fn shared() -> Result<Option<&'static Self>> {
         let shared = SHARED.get_or_init(|| {
-            let started = Self::start().map_err(|e| e.to_string());
+            let started = Self::start_quiet().map_err(|e| e.to_string());
             if matches!(started, Ok(Some(_))) {
                 // Statics are never dropped: stop the processes and remove the temp dir
                 // when the test binary exits.
@@ -103,8 +112,7 @@ impl ControlPlane {
         match shared {
             Ok(Some(cp)) => Ok(Some(cp)),
             Ok(None) => {
-                // Repeat the one-line reason for every skipping test.
-                binaries()?;
+                println!("{}", crate::binaries::skip_line());
                 Ok(None)
             }
             Err(e) => Err(Error::Other(e.clone())),
