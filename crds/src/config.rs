@@ -171,7 +171,7 @@ pub struct CpuManagerConfig {
         rename = "reservedCPUs",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0), transform = rules::int32_schema)]
     pub reserved_cpus: Option<i32>,
 }
 

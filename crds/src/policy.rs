@@ -71,9 +71,11 @@ use crate::rules;
 pub struct NodeResourcePolicySpec {
     /// Nodes this policy applies to, by label. Absent or empty selects every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rules::node_selector_schema)]
     pub node_selector: Option<LabelSelector>,
     /// Higher wins where several policies select a node; equal priorities break by name.
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub priority: i32,
     /// CPU manager configuration. Absent means policy `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -149,7 +149,29 @@ pub const ALIGN_BY_SOCKET_SINGLE_NUMA: Rule = Rule {
     message: "cpuManager.options: align-by-socket cannot be used with topologyManager.policy single-numa-node (the kubelet rejects the combination)",
 };
 
-/// Every rule, for the drift tests.
+/// The label selector operators (`nodeSelector.matchExpressions[].operator`), enforced by the
+/// schema as an enum.
+pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
+
+/// Message for an operator outside [`SELECTOR_OPERATORS`] (the schema's enum says it in the
+/// API server's own words).
+pub const SELECTOR_OPERATOR_MESSAGE: &str =
+    "nodeSelector.matchExpressions: operator must be In, NotIn, Exists or DoesNotExist";
+
+/// `nodeSelector.matchExpressions[]`: In and NotIn need values (as for any LabelSelector; the
+/// API server checks built-in selectors in Go, a CRD's only through its schema).
+pub const SELECTOR_VALUES_REQUIRED: Rule = Rule {
+    rule: "!(self.operator == 'In' || self.operator == 'NotIn') || (has(self.values) && size(self.values) > 0)",
+    message: "nodeSelector.matchExpressions: operators In and NotIn need at least one value",
+};
+
+/// `nodeSelector.matchExpressions[]`: Exists and DoesNotExist take no values.
+pub const SELECTOR_VALUES_FORBIDDEN: Rule = Rule {
+    rule: "!(self.operator == 'Exists' || self.operator == 'DoesNotExist') || !has(self.values) || size(self.values) == 0",
+    message: "nodeSelector.matchExpressions: operators Exists and DoesNotExist take no values",
+};
+
+/// Every rule on the node configuration (both kinds), for the drift tests.
 pub fn all() -> Vec<Rule> {
     let mut v = vec![
         CPU_OPTIONS_KNOWN,
@@ -166,6 +188,11 @@ pub fn all() -> Vec<Rule> {
     ];
     v.extend(CPU_OPTIONS_INCOMPATIBLE);
     v
+}
+
+/// Every rule of the NodeResourcePolicy's node selector (that kind only).
+pub fn selector_rules() -> Vec<Rule> {
+    vec![SELECTOR_VALUES_REQUIRED, SELECTOR_VALUES_FORBIDDEN]
 }
 
 fn rules_json(rules: &[Rule]) -> Value {
@@ -247,5 +274,42 @@ pub fn spec_schema(schema: &mut Schema) {
         schema,
         "x-kubernetes-validations",
         rules_json(&[ALIGN_BY_SOCKET_SINGLE_NUMA]),
+    );
+}
+
+/// Schema transform for an `int32` field: the API server's own int32 check reports
+/// `<nil>: Invalid value: ""` with the path only at the end of the text; explicit bounds give
+/// an error that starts with the field's path, like every other rule.
+pub fn int32_schema(schema: &mut Schema) {
+    if schema.get("minimum").is_none() {
+        insert(schema, "minimum", json!(i32::MIN));
+    }
+    insert(schema, "maximum", json!(i32::MAX));
+}
+
+/// Schema transform for `NodeResourcePolicy.spec.nodeSelector` (a LabelSelector): the operator
+/// enum and the values rules on each `matchExpressions` item, which a CRD gets only from its
+/// schema (built-in kinds check selectors in Go).
+///
+/// # Panics
+/// If the LabelSelector schema no longer has `properties.matchExpressions.items` (a change of
+/// k8s-openapi's schema); the CRD tests then fail at generation, not in a cluster.
+pub fn node_selector_schema(schema: &mut Schema) {
+    let item = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("matchExpressions"))
+        .and_then(|m| m.get_mut("items"))
+        .and_then(Value::as_object_mut)
+        .expect("LabelSelector schema has properties.matchExpressions.items");
+    if let Some(op) = item
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("operator"))
+        .and_then(Value::as_object_mut)
+    {
+        op.insert("enum".into(), json!(SELECTOR_OPERATORS));
+    }
+    item.insert(
+        "x-kubernetes-validations".into(),
+        rules_json(&selector_rules()),
     );
 }

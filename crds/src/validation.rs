@@ -238,30 +238,33 @@ pub fn validate_config(
     errs
 }
 
-/// Validates a label selector the way the API machinery does for node selection.
+/// Validates a label selector the way the API machinery does for node selection, with the
+/// messages of the CRD's schema rules ([`rules::SELECTOR_VALUES_REQUIRED`] and friends).
 pub fn validate_selector(sel: &LabelSelector, prefix: &str) -> Vec<ValidationError> {
     let mut errs = Vec::new();
     for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
         let field = format!("{prefix}.matchExpressions[{i}]");
         let values = e.values.as_deref().unwrap_or_default();
+        let detail = Some(format!(
+            "operator {:?}, {} values",
+            e.operator,
+            values.len()
+        ));
         match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errs.push(ValidationError {
-                message: format!(
-                    "{field}.values: operator {} needs at least one value",
-                    e.operator
-                ),
-                field,
-                detail: None,
-            }),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(ValidationError {
-                message: format!("{field}.values: operator {} takes no values", e.operator),
-                field,
-                detail: None,
-            }),
+            "In" | "NotIn" if values.is_empty() => errs.push(ValidationError::rule(
+                format!("{field}.values"),
+                rules::SELECTOR_VALUES_REQUIRED,
+                detail,
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(ValidationError::rule(
+                format!("{field}.values"),
+                rules::SELECTOR_VALUES_FORBIDDEN,
+                detail,
+            )),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             other => errs.push(ValidationError {
-                message: format!("{field}.operator: must be In, NotIn, Exists or DoesNotExist"),
-                field,
+                field: format!("{field}.operator"),
+                message: rules::SELECTOR_OPERATOR_MESSAGE.to_string(),
                 detail: Some(format!("operator {other:?}")),
             }),
         }

@@ -309,9 +309,9 @@ fn selector_operators() {
     assert_eq!(
         messages(&errs),
         vec![
-            "spec.nodeSelector.matchExpressions[1].values: operator In needs at least one value",
-            "spec.nodeSelector.matchExpressions[2].values: operator Exists takes no values",
-            "spec.nodeSelector.matchExpressions[3].operator: must be In, NotIn, Exists or DoesNotExist",
+            rules::SELECTOR_VALUES_REQUIRED.message,
+            rules::SELECTOR_VALUES_FORBIDDEN.message,
+            rules::SELECTOR_OPERATOR_MESSAGE,
         ]
     );
 }

@@ -1,0 +1,114 @@
+//! Finding or building `kube-apiserver` and `etcd`.
+//!
+//! The binaries live in `<target dir>/controlplane/`, built by `e2e/controlplane/build.sh`
+//! from the pinned Go module; the script holds a lock and rebuilds only when the module's
+//! inputs change, so every test binary of a `cargo test` run may call [`binaries`].
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::{repo_root, Error, Result};
+
+/// Environment variable that turns "skip without Go" into a failure (set by `.ci/run`).
+pub const REQUIRE_ENV: &str = "NODETOPO_REQUIRE_CONTROLPLANE";
+
+/// Paths of the two control-plane binaries.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `kube-apiserver` from k8s.io/kubernetes.
+    pub kube_apiserver: PathBuf,
+    /// `etcd` from go.etcd.io/etcd/server/v3/embed.
+    pub etcd: PathBuf,
+}
+
+/// True when the environment demands a working control plane.
+pub fn required() -> bool {
+    std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1")
+}
+
+fn go_missing() -> Option<String> {
+    match Command::new("go").arg("version").output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "`go version` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!("Go is not installed (`go version`: {e})")),
+    }
+}
+
+fn build() -> Result<Binaries> {
+    let script = repo_root().join("e2e/controlplane/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .map_err(|e| Error::io(format!("running {}", script.display()), e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
+        return Err(Error::Build {
+            script: script.display().to_string(),
+            message: format!(
+                "{}\n{}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ),
+        });
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Build {
+            script: script.display().to_string(),
+            message: "printed no output directory".into(),
+        })?;
+    let bins = Binaries {
+        kube_apiserver: dir.join("kube-apiserver"),
+        etcd: dir.join("etcd"),
+    };
+    for p in [&bins.kube_apiserver, &bins.etcd] {
+        if !p.is_file() {
+            return Err(Error::Build {
+                script: script.display().to_string(),
+                message: format!("{} is missing after the build", p.display()),
+            });
+        }
+    }
+    Ok(bins)
+}
+
+/// The control-plane binaries, built if needed (once per process).
+///
+/// `Ok(None)`: Go is missing and [`required`] is false; the caller prints [`skip_line`] and
+/// returns. With Go present, a failed build is always an error.
+pub fn binaries() -> Result<Option<Binaries>> {
+    static ONCE: OnceLock<Result<Option<Binaries>, String>> = OnceLock::new();
+    let r = ONCE.get_or_init(|| {
+        if let Some(why) = go_missing() {
+            if required() {
+                return Err(format!(
+                    "{REQUIRE_ENV}=1 but the control plane cannot be built: {why}"
+                ));
+            }
+            return Ok(None);
+        }
+        build().map(Some).map_err(|e| e.to_string())
+    });
+    match r {
+        Ok(Some(b)) => Ok(Some(b.clone())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(Error::Other(e.clone())),
+    }
+}
+
+/// The one line a skipping test prints.
+pub fn skip_line() -> String {
+    let why = go_missing().unwrap_or_else(|| "Go is not usable".into());
+    format!(
+        "SKIPPED: control-plane tests need Go to build kube-apiserver and etcd ({why}); set {REQUIRE_ENV}=1 to make this a failure"
+    )
+}
