@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -129,6 +130,9 @@ type opResult struct {
 	// The raw CPU-manager hints the topology manager received, per container (container
 	// scope) or under "" (pod scope).
 	CPUHints map[string][]hintJSON `json:"cpuHints,omitempty"`
+	// The CPU state right after the operation (for a rejected pod: before its cleanup).
+	StateDefault     string                       `json:"stateDefault"`
+	StateAssignments map[string]map[string]string `json:"stateAssignments,omitempty"`
 }
 
 type answerJSON struct {
@@ -362,8 +366,9 @@ func run(c *caseJSON, dir string) answerJSON {
 			res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
 			r := opResult{Admit: res.Admit, Reason: res.Reason, Message: res.Message, CPUHints: provider.recorded}
 			provider.recorded = nil
+			r.StateDefault, r.StateAssignments = snapshot(st)
+			pods[string(pod.UID)] = pod
 			if res.Admit {
-				pods[string(pod.UID)] = pod
 				r.CPUs = map[string]string{}
 				if c.TMPolicy != topologymanager.PolicyNone {
 					r.Hints = map[string]hintJSON{}
@@ -400,20 +405,15 @@ func run(c *caseJSON, dir string) answerJSON {
 				}
 			}
 			delete(pods, op.UID)
-			ans.Results = append(ans.Results, opResult{Admit: true})
+			r := opResult{Admit: true}
+			r.StateDefault, r.StateAssignments = snapshot(st)
+			ans.Results = append(ans.Results, r)
 		default:
 			ans.Error = fmt.Sprintf("ops[%d]: unknown op %q", i, op.Op)
 			return ans
 		}
 	}
-	ans.Default = st.GetDefaultCPUSet().String()
-	ans.Assignments = map[string]map[string]string{}
-	for uid, containers := range st.GetCPUAssignments() {
-		ans.Assignments[uid] = map[string]string{}
-		for name, cs := range containers {
-			ans.Assignments[uid][name] = cs.String()
-		}
-	}
+	ans.Default, ans.Assignments = snapshot(st)
 	if c.Checkpoint {
 		data, err := os.ReadFile(filepath.Join(dir, checkpointName))
 		if err != nil {
@@ -425,11 +425,23 @@ func run(c *caseJSON, dir string) answerJSON {
 	return ans
 }
 
+// snapshot is the state's shared pool and assignments as strings.
+func snapshot(st state.State) (string, map[string]map[string]string) {
+	out := map[string]map[string]string{}
+	for uid, containers := range st.GetCPUAssignments() {
+		out[uid] = map[string]string{}
+		for name, cs := range containers {
+			out[uid][name] = cs.String()
+		}
+	}
+	return st.GetDefaultCPUSet().String(), out
+}
+
 func main() {
 	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
 	flag.Parse()
-	klog.SetOutput(ioDiscard{})
-	klog.LogToStderr(false)
+	// The kubelet logs every allocation; the oracle answers on stdout only.
+	klog.SetLogger(logr.Discard())
 	if err := utilfeature.DefaultMutableFeatureGate.Set(featureGates); err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
 		os.Exit(2)
@@ -476,7 +488,3 @@ func main() {
 		os.Exit(2)
 	}
 }
-
-type ioDiscard struct{}
-
-func (ioDiscard) Write(p []byte) (int, error) { return len(p), nil }
