@@ -1,7 +1,7 @@
 //! The kubelet's `cpuAccumulator` and `takeByTopologyNUMAPacked` (pkg/kubelet/cm/cpumanager,
-//! `cpu_assignment.go`), following current mainline (PR #140498): whether a NUMA node,
-//! socket, uncore cache or core is *free* compares its available CPUs with the CPUs the
-//! topology lists for that very group, never with a declared average.
+//! `cpu_assignment.go`), as in kubelet v1.37.2: a NUMA node or uncore cache is *free* when
+//! all of its own CPUs are available, a core or socket when its available CPU count equals
+//! the declared average (`CPUsPerCore`, `CPUsPerSocket`); see `Accumulator::is_free`.
 //!
 //! Expected flow of a packed take (`take_packed`):
 //! 1. whole NUMA nodes and sockets (NUMA first when declared `NumSockets >= NumNUMANodes`,
@@ -193,9 +193,20 @@ impl<'a> Accumulator<'a> {
             .collect()
     }
 
-    /// True when every CPU the topology lists for the group is available.
+    /// The kubelet v1.37's `is*Free`: a NUMA node or uncore cache is free when every CPU
+    /// the topology lists for it is available; a core or socket when its available CPU
+    /// count equals the declared average (`CPUsPerCore`, `CPUsPerSocket`). On machines
+    /// whose cores (or sockets) differ in size the two differ: a 2-thread core with one
+    /// thread taken counts as free when `NumCPUs / NumCores` is 1, and `takeFullCores` then
+    /// takes both threads, the taken one included (checked against the kubelet's own code
+    /// by `engine/tests/kubelet_oracle.rs`).
     fn is_free(&self, level: Level, g: usize) -> bool {
-        self.free[level as usize][g] == self.ix.members[level as usize][g].len()
+        let free = self.free[level as usize][g];
+        match level {
+            Level::Core => free == self.ix.cpus_per_core(),
+            Level::Socket => free == self.ix.cpus_per_socket(),
+            _ => free == self.ix.members[level as usize][g].len(),
+        }
     }
 
     fn free_of(&self, level: Level, order: Vec<usize>) -> Vec<usize> {

@@ -129,4 +129,9 @@ impl TopoIndex {
     pub fn cpus_per_core(&self) -> usize {
         self.declared.cpus_per_core()
     }
+
+    /// `CPUsPerSocket()` from the declared counts.
+    pub fn cpus_per_socket(&self) -> usize {
+        self.declared.cpus_per_socket()
+    }
 }
