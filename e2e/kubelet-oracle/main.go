@@ -437,9 +437,53 @@ func snapshot(st state.State) (string, map[string]map[string]string) {
 	return st.GetDefaultCPUSet().String(), out
 }
 
+// writeLegacy prints a checkpoint in the v2 or v3 format, marshalled by the kubelet's own
+// checkpoint types (what kubelets 1.34-1.36 write), from one JSON object on stdin with the
+// fields policyName, defaultCpuSet and entries.
+func writeLegacy(version string) error {
+	var in struct {
+		PolicyName    string                       `json:"policyName"`
+		DefaultCPUSet string                       `json:"defaultCpuSet"`
+		Entries       map[string]map[string]string `json:"entries"`
+	}
+	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+		return fmt.Errorf("reading the state: %w", err)
+	}
+	// The kubelet's loaders start from an empty map (newCPUManagerCheckpointV2/V3), so an
+	// absent "entries" hashes as an empty map, not a nil one.
+	if in.Entries == nil {
+		in.Entries = map[string]map[string]string{}
+	}
+	var blob []byte
+	var err error
+	switch version {
+	case "v2":
+		cp := &state.CPUManagerCheckpointV2{PolicyName: in.PolicyName, DefaultCPUSet: in.DefaultCPUSet, Entries: in.Entries}
+		blob, err = cp.MarshalCheckpoint()
+	case "v3":
+		cp := &state.CPUManagerCheckpointV3{PolicyName: in.PolicyName, DefaultCPUSet: in.DefaultCPUSet, Entries: in.Entries, PodEntries: state.PodCPUAssignments{}}
+		blob, err = cp.MarshalCheckpoint()
+	default:
+		return fmt.Errorf("unknown checkpoint version %q (v2 or v3)", version)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(blob, '\n'))
+	return err
+}
+
 func main() {
 	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
+	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
 	flag.Parse()
+	if *legacy != "" {
+		if err := writeLegacy(*legacy); err != nil {
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
 	// The kubelet logs every allocation; the oracle answers on stdout only.
 	klog.SetLogger(logr.Discard())
 	if err := utilfeature.DefaultMutableFeatureGate.Set(featureGates); err != nil {

@@ -169,8 +169,16 @@ impl Rng {
     }
 }
 
-fn gen_machine(r: &mut Rng) -> MachineJson {
-    let uniform = r.chance(50);
+/// Which machines the generator makes: `Uniform` (every core the same thread count, one
+/// uncore cache per NUMA node) or `Any` (also mixed SMT and uneven uncore caches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Machines {
+    Uniform,
+    Any,
+}
+
+fn gen_machine(r: &mut Rng, kinds: Machines) -> MachineJson {
+    let uniform = r.chance(50) || kinds == Machines::Uniform;
     let sockets = r.range(1, 4);
     let max_numa_per_socket = (16 / sockets).min(4);
     let numa_per_socket = r.range(1, max_numa_per_socket);
@@ -289,8 +297,8 @@ fn gen_container(r: &mut Rng, name: String, restartable: bool) -> ContainerJson 
     }
 }
 
-fn gen_case(r: &mut Rng, id: String) -> CaseJson {
-    let machine = gen_machine(r);
+fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
+    let machine = gen_machine(r, kinds);
     let ncpus = machine.cpus.len();
     let mut cpu_options = BTreeMap::new();
     for o in CPU_OPTIONS {
@@ -915,7 +923,7 @@ struct Tally {
     defects: Vec<String>,
 }
 
-fn campaign(bin: PathBuf, seed: u64, cases: usize) -> Tally {
+fn campaign(bin: PathBuf, seed: u64, cases: usize, kinds: Machines) -> Tally {
     let mut oracle = Oracle {
         bin,
         child: None,
@@ -928,7 +936,7 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize) -> Tally {
     while done < cases {
         let n = BATCH.min(cases - done);
         let batch: Vec<CaseJson> = (0..n)
-            .map(|i| gen_case(&mut rng, format!("{seed:#x}/{}", done + i)))
+            .map(|i| gen_case(&mut rng, format!("{seed:#x}/{}", done + i), kinds))
             .collect();
         let answers = oracle.ask(&batch);
         for (c, k) in batch.iter().zip(&answers) {
@@ -1022,6 +1030,15 @@ fn env_seed(name: &str) -> Option<u64> {
     })
 }
 
+/// `NODETOPO_ORACLE_MACHINES`: `uniform` or `any` (default `any`).
+fn machines_from_env() -> Machines {
+    match std::env::var("NODETOPO_ORACLE_MACHINES").as_deref() {
+        Ok("uniform") => Machines::Uniform,
+        Ok("any") | Err(_) => Machines::Any,
+        Ok(other) => panic!("NODETOPO_ORACLE_MACHINES={other}: expected uniform or any"),
+    }
+}
+
 /// The oracle, or `None` (with the reason printed) when Go is missing and not required.
 fn oracle_or_skip() -> Option<PathBuf> {
     match oracle_binary() {
@@ -1050,8 +1067,9 @@ fn oracle_campaign() {
         total - fixed_n,
         total - fixed_n
     );
-    let a = campaign(bin.clone(), FIXED_SEED, fixed_n);
-    let b = campaign(bin, fresh, total - fixed_n);
+    let kinds = machines_from_env();
+    let a = campaign(bin.clone(), FIXED_SEED, fixed_n, kinds);
+    let b = campaign(bin, fresh, total - fixed_n, kinds);
     assert!(a.compared + b.compared > 0, "no case was compared");
 }
 
@@ -1061,7 +1079,7 @@ fn oracle_campaign_on_demand() {
     let Some(bin) = oracle_or_skip() else { return };
     let n = env_usize("NODETOPO_ORACLE_CASES").unwrap_or(100_000);
     let seed = env_seed("NODETOPO_ORACLE_SEED").unwrap_or(FIXED_SEED);
-    campaign(bin, seed, n);
+    campaign(bin, seed, n, machines_from_env());
 }
 
 #[test]
@@ -1089,7 +1107,7 @@ fn generator_covers_the_space() {
     let mut r = Rng(FIXED_SEED);
     let (mut max_cpus, mut max_nodes, mut sparse, mut mixed_smt) = (0, 0, 0, 0);
     for i in 0..2000 {
-        let c = gen_case(&mut r, i.to_string());
+        let c = gen_case(&mut r, i.to_string(), Machines::Any);
         let n = c.machine.numa.len();
         assert!((1..=16).contains(&n), "{n} NUMA nodes");
         assert!(c.machine.cpus.len() <= 512, "{} CPUs", c.machine.cpus.len());

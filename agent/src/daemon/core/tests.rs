@@ -2,6 +2,7 @@
 //! kubelet agreement. Each asserts the exact outcome.
 
 use super::*;
+use crate::daemon::kubelet_state::{CheckpointFormat, ChecksumCheck};
 use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig};
 use nodetopo_engine::{Container, ResourceList};
 
@@ -225,6 +226,8 @@ fn kubelet_agreement_names_every_differing_container() {
         default_cpu_set: CpuSet::parse("0-9").expect("set"),
         entries,
         checksum: 1,
+        format: CheckpointFormat::V2,
+        checksum_check: ChecksumCheck::Verified,
     }))));
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
