@@ -1072,8 +1072,12 @@ fn oracle_campaign() {
     let kinds = machines_from_env(Machines::Uniform);
     eprintln!("kubelet oracle campaign: {kinds:?} machines");
     eprintln!(
-        "kubelet oracle campaign: fixed seed {FIXED_SEED:#x} x {fixed_n}, fresh seed {fresh:#x} x {} (replay: NODETOPO_ORACLE_SEED={fresh:#x} NODETOPO_ORACLE_CASES={} cargo test -p nodetopo-engine --release --test kubelet_oracle oracle_campaign_on_demand -- --ignored)",
+        "kubelet oracle campaign: fixed seed {FIXED_SEED:#x} x {fixed_n}, fresh seed {fresh:#x} x {} (replay: NODETOPO_ORACLE_MACHINES={} NODETOPO_ORACLE_SEED={fresh:#x} NODETOPO_ORACLE_CASES={} cargo test -p nodetopo-engine --release --test kubelet_oracle oracle_campaign_on_demand -- --ignored)",
         total - fixed_n,
+        match kinds {
+            Machines::Uniform => "uniform",
+            Machines::Any => "any",
+        },
         total - fixed_n
     );
     let a = campaign(bin.clone(), FIXED_SEED, fixed_n, kinds);
