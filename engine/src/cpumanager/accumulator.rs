@@ -320,10 +320,12 @@ impl<'a> Accumulator<'a> {
     }
 
     /// `takeUncoreCache`: per cache in `sortAvailableUncoreCaches` order, whole free caches
-    /// when the need is at least this cache's own size, then a partial claim of this cache.
+    /// when the need is at least the declared `CPUsPerUncore()` (kubelet v1.37.2: the
+    /// average, not this cache's own size; they differ on uneven caches), then a partial
+    /// claim of this cache.
     pub fn take_uncore_cache(&mut self) {
+        let size = self.ix.cpus_per_uncore();
         for u in self.sort_available_uncore_caches() {
-            let size = self.ix.members[Level::Uncore as usize][u].len();
             if self.needs_at_least(size) {
                 self.take_full_uncore();
             }

@@ -130,6 +130,11 @@ impl TopoIndex {
         self.declared.cpus_per_core()
     }
 
+    /// `CPUsPerUncore()` from the declared counts.
+    pub fn cpus_per_uncore(&self) -> usize {
+        self.declared.cpus_per_uncore()
+    }
+
     /// `CPUsPerSocket()` from the declared counts.
     pub fn cpus_per_socket(&self) -> usize {
         self.declared.cpus_per_socket()
