@@ -296,3 +296,37 @@ fn rejected_checkpoint_is_reported_and_state_rebuilt() {
     assert_eq!(c.reason, "CheckpointChecksumMismatch");
     assert_eq!(st.allocations.len(), 1);
 }
+
+#[test]
+fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![]));
+    core.reconcile();
+    core.apply(Event::Kubelet(Ok(None)));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (k.status.as_str(), k.reason.as_str()),
+        ("False", "NoKubeletState")
+    );
+    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+        policy_name: "static".into(),
+        default_cpu_set: CpuSet::parse("0-63").expect("set"),
+        entries: BTreeMap::new(),
+        checksum: 7,
+        format: CheckpointFormat::V4,
+        checksum_check: ChecksumCheck::Mismatch {
+            field: "dataChecksum",
+            recorded: 7,
+            computed: 9,
+        },
+    }))));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (k.status.as_str(), k.reason.as_str()),
+        ("False", "KubeletStateChecksumMismatch")
+    );
+    assert!(k.message.contains("dataChecksum is 7"), "{}", k.message);
+}
