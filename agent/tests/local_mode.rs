@@ -281,7 +281,8 @@ fn kubelet_disagreement_is_named() {
     let e = Env::new();
     e.pod(1, 2);
     let file = e.p("cpu_manager_state");
-    fs::write(&file, r#"{"policyName":"static","defaultCpuSet":"0,3-63","entries":{"u1":{"app":"1-2"}},"checksum":1}"#)
+    // Checksum as kubelet v1.37.2's CPUManagerCheckpointV2.MarshalCheckpoint writes it.
+    fs::write(&file, r#"{"policyName":"static","defaultCpuSet":"0,3-63","entries":{"u1":{"app":"1-2"}},"checksum":729644698}"#)
         .expect("write");
     let c = e.start(&file);
     let s = e.wait("disagreement", |s| {

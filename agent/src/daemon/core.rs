@@ -627,9 +627,10 @@ impl Core {
                 None
             }
             Ok(None) => {
+                // Nothing to compare with is not agreement.
                 set(ConditionSpec::new(
                     conditions::KUBELET_AGREEMENT,
-                    true,
+                    false,
                     "NoKubeletState",
                     "no kubelet CPU manager checkpoint to compare with",
                 ));
@@ -637,7 +638,14 @@ impl Core {
             }
             Ok(Some(k)) => {
                 let diffs = self.kubelet_differences();
-                if diffs.is_empty() {
+                if let Some(why) = kubelet_checksum_problem(&k.checksum_check) {
+                    set(ConditionSpec::new(
+                        conditions::KUBELET_AGREEMENT,
+                        false,
+                        "KubeletStateChecksumMismatch",
+                        why,
+                    ));
+                } else if diffs.is_empty() {
                     set(ConditionSpec::new(
                         conditions::KUBELET_AGREEMENT,
                         true,
@@ -812,6 +820,25 @@ fn show_kubelet_assignments(
         };
         a.predicted_cpus = Some(a.cpus.clone());
         a.place(topology, actual);
+    }
+}
+
+/// Why the kubelet's checkpoint cannot be trusted for the comparison, if it cannot: a
+/// recomputed checksum that differs from the recorded one (the kubelet itself would refuse
+/// such a file at its next start).
+fn kubelet_checksum_problem(check: &super::kubelet_state::ChecksumCheck) -> Option<String> {
+    use super::kubelet_state::ChecksumCheck;
+    match check {
+        ChecksumCheck::Mismatch {
+            field,
+            recorded,
+            computed,
+        } => Some(format!(
+            "the kubelet checkpoint's {field} is {recorded} but its content hashes to {computed} (the kubelet would refuse this file)"
+        )),
+        ChecksumCheck::Verified | ChecksumCheck::NotRecorded | ChecksumCheck::Unverifiable(_) => {
+            None
+        }
     }
 }
 

@@ -18,8 +18,10 @@
 //! only.
 //!
 //! Caveats: the kubelet's resource-fit predicates (node allocatable) are not modelled; a
-//! failed exclusive allocation reports the CPU manager's error kind (`SMTAlignmentError`,
-//! `NotEnoughCPUs`, ...), Memory Manager and device failures `UnexpectedAdmissionError`.
+//! failed exclusive allocation reports what the kubelet's admission reports: `SMTAlignmentError`
+//! for the full-pcpus-only errors, `UnexpectedAdmissionError` ("Allocate failed due to ...,
+//! which is unexpected") for any other CPU failure; Memory Manager and device failures
+//! `UnexpectedAdmissionError`.
 
 use std::collections::BTreeMap;
 
@@ -442,7 +444,7 @@ impl NodeAdmitter {
         if let Some(policy) = &self.cpu {
             policy
                 .allocate(&mut self.state, pod, c, hint)
-                .map_err(|e| refusal(e.reason(), e.to_string()))?;
+                .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         }
         if let Some(m) = &mut self.memory {
             m.allocate(pod, c, hint)

@@ -106,15 +106,24 @@ pub enum AllocateError {
 }
 
 impl AllocateError {
-    /// The kubelet's error kind: `SMTAlignmentError` for the full-pcpus-only errors,
-    /// `NotEnoughCPUs` when the pool is too small, `AllocationFailed` otherwise.
+    /// The kubelet's admission reason: `SMTAlignmentError` for the full-pcpus-only errors
+    /// (the only CPU-manager error with its own type), `UnexpectedAdmissionError` for every
+    /// other failed allocation (the kubelet's `GetPodAdmitResult` wraps untyped errors).
     pub fn reason(&self) -> &'static str {
         match self {
             AllocateError::SmtNotMultiple { .. } | AllocateError::SmtNotEnoughPhysical { .. } => {
                 "SMTAlignmentError"
             }
-            AllocateError::Take(TakeError::NotEnough { .. }) => "NotEnoughCPUs",
-            AllocateError::Take(_) => "AllocationFailed",
+            AllocateError::Take(_) => "UnexpectedAdmissionError",
+        }
+    }
+
+    /// The kubelet's admission message: the error itself for `SMTAlignmentError`, else
+    /// `Allocate failed due to <error>, which is unexpected`.
+    pub fn admission_message(&self) -> String {
+        match self {
+            AllocateError::Take(_) => format!("Allocate failed due to {self}, which is unexpected"),
+            _ => self.to_string(),
         }
     }
 }

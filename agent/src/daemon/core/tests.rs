@@ -2,6 +2,7 @@
 //! kubelet agreement. Each asserts the exact outcome.
 
 use super::*;
+use crate::daemon::kubelet_state::{CheckpointFormat, ChecksumCheck};
 use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig};
 use nodetopo_engine::{Container, ResourceList};
 
@@ -229,6 +230,8 @@ fn kubelet_agreement_names_every_differing_container() {
         default_cpu_set: topo().all_cpus().difference(&held),
         entries,
         checksum: 1,
+        format: CheckpointFormat::V2,
+        checksum_check: ChecksumCheck::Verified,
     }))));
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
@@ -447,3 +450,37 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
 
 #[path = "props.rs"]
 mod props;
+
+#[test]
+fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![]));
+    core.reconcile();
+    core.apply(Event::Kubelet(Ok(None)));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (k.status.as_str(), k.reason.as_str()),
+        ("False", "NoKubeletState")
+    );
+    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+        policy_name: "static".into(),
+        default_cpu_set: CpuSet::parse("0-63").expect("set"),
+        entries: BTreeMap::new(),
+        checksum: 7,
+        format: CheckpointFormat::V4,
+        checksum_check: ChecksumCheck::Mismatch {
+            field: "dataChecksum",
+            recorded: 7,
+            computed: 9,
+        },
+    }))));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (k.status.as_str(), k.reason.as_str()),
+        ("False", "KubeletStateChecksumMismatch")
+    );
+    assert!(k.message.contains("dataChecksum is 7"), "{}", k.message);
+}

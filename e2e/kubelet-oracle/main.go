@@ -1,0 +1,534 @@
+// Command kubelet-oracle answers CPU-manager and topology-manager questions with the
+// kubelet's own code (k8s.io/kubernetes, the version pinned in go.mod).
+//
+// It reads one JSON case per line on stdin and writes one JSON answer per line on stdout.
+// A case is a machine, a CPU-manager static-policy configuration, a topology-manager
+// configuration and a sequence of operations (admit a pod, remove a pod). Every decision
+// is taken by the kubelet's packages through their exported entry points:
+//
+//   - cpumanager.NewStaticPolicy builds the real static policy on a topology.CPUTopology
+//     made from the case, with the real option parsing and validation;
+//   - state.NewMemoryState (or state.NewCheckpointState when the case asks for the
+//     checkpoint file) holds the assignments;
+//   - topologymanager.NewManager builds the real topology manager (policy, scope, options)
+//     and is the policy's affinity store; the static policy is registered as its hint
+//     provider through a forwarding adapter, and pods are admitted with Manager.Admit.
+//
+// Nothing of the kubelet's allocation or merge logic is reimplemented here. After a
+// rejected admission the pod's containers are removed from the policy, as the kubelet's
+// stale-state cleanup does before the next allocation.
+//
+// A case that runs longer than the per-case timeout (-timeout) is answered with
+// "timeout": true and the process exits with status 3, because a goroutine stuck in the
+// kubelet's code cannot be stopped; the caller restarts the oracle.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
+	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	"k8s.io/utils/cpuset"
+)
+
+// featureGates are the gates a node needs for every CPU and topology manager option.
+const featureGates = "CPUManagerPolicyAlphaOptions=true,CPUManagerPolicyBetaOptions=true," +
+	"TopologyManagerPolicyAlphaOptions=true,TopologyManagerPolicyBetaOptions=true"
+
+// checkpointName is the kubelet's CPU manager checkpoint file name.
+const checkpointName = "cpu_manager_state"
+
+type numaJSON struct {
+	ID int `json:"id"`
+	// Distances indexed by NUMA node id (what the kubelet's NUMADistances expects).
+	Distances []uint64 `json:"distances,omitempty"`
+}
+
+type machineJSON struct {
+	// CPUs as [id, core, socket, numa, uncore].
+	CPUs [][5]int   `json:"cpus"`
+	NUMA []numaJSON `json:"numa"`
+	// Declared counts; zero means "derive from the CPU list".
+	NumCores  int `json:"numCores,omitempty"`
+	NumSocket int `json:"numSockets,omitempty"`
+}
+
+type resourcesJSON struct {
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+type containerJSON struct {
+	Name        string        `json:"name"`
+	Requests    resourcesJSON `json:"requests"`
+	Limits      resourcesJSON `json:"limits"`
+	Restartable bool          `json:"restartable,omitempty"`
+}
+
+type podJSON struct {
+	UID        string          `json:"uid"`
+	Name       string          `json:"name"`
+	Init       []containerJSON `json:"init,omitempty"`
+	Containers []containerJSON `json:"containers"`
+}
+
+type opJSON struct {
+	// "admit" or "remove".
+	Op  string   `json:"op"`
+	Pod *podJSON `json:"pod,omitempty"`
+	UID string   `json:"uid,omitempty"`
+}
+
+type caseJSON struct {
+	ID           string            `json:"id"`
+	Machine      machineJSON       `json:"machine"`
+	CPUOptions   map[string]string `json:"cpuOptions,omitempty"`
+	ReservedCPUs string            `json:"reservedCPUs,omitempty"`
+	NumReserved  int               `json:"numReserved"`
+	TMPolicy     string            `json:"tmPolicy"`
+	TMScope      string            `json:"tmScope"`
+	TMOptions    map[string]string `json:"tmOptions,omitempty"`
+	Ops          []opJSON          `json:"ops"`
+	// Checkpoint: keep the state in the kubelet's checkpoint file and return its bytes.
+	Checkpoint bool `json:"checkpoint,omitempty"`
+}
+
+type hintJSON struct {
+	// NUMA node ids of the affinity; null for "any".
+	Affinity  []int `json:"affinity"`
+	Preferred bool  `json:"preferred"`
+}
+
+type opResult struct {
+	Admit   bool   `json:"admit"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Exclusive CPUs of the pod's containers after the operation.
+	CPUs map[string]string `json:"cpus,omitempty"`
+	// The topology manager's merged hint per container (admitted pods, policy not none).
+	Hints map[string]hintJSON `json:"hints,omitempty"`
+	// The raw CPU-manager hints the topology manager received, per container (container
+	// scope) or under "" (pod scope).
+	CPUHints map[string][]hintJSON `json:"cpuHints,omitempty"`
+	// The CPU state right after the operation (for a rejected pod: before its cleanup).
+	StateDefault     string                       `json:"stateDefault"`
+	StateAssignments map[string]map[string]string `json:"stateAssignments,omitempty"`
+}
+
+type answerJSON struct {
+	ID          string                       `json:"id"`
+	ConfigError string                       `json:"configError,omitempty"`
+	Results     []opResult                   `json:"results,omitempty"`
+	Default     string                       `json:"defaultCPUSet"`
+	Assignments map[string]map[string]string `json:"assignments,omitempty"`
+	Checkpoint  string                       `json:"checkpoint,omitempty"`
+	Timeout     bool                         `json:"timeout,omitempty"`
+	Error       string                       `json:"error,omitempty"`
+}
+
+// cpuProvider forwards the topology manager's hint-provider calls to the static policy and
+// its state (what cpumanager's manager does, minus the stale-state reconciliation against
+// a container runtime). It records the hints the topology manager receives.
+type cpuProvider struct {
+	policy   cpumanager.Policy
+	state    state.State
+	recorded map[string][]hintJSON
+}
+
+func (c *cpuProvider) GetTopologyHints(logger klog.Logger, pod *v1.Pod, container *v1.Container, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	h := c.policy.GetTopologyHints(logger, c.state, pod, container, op)
+	c.record(container.Name, h)
+	return h
+}
+
+func (c *cpuProvider) GetPodTopologyHints(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	h := c.policy.GetPodTopologyHints(logger, c.state, pod, op)
+	c.record("", h)
+	return h
+}
+
+func (c *cpuProvider) AllocatePod(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) error {
+	return c.policy.AllocatePod(logger, c.state, pod, op)
+}
+
+func (c *cpuProvider) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container, op lifecycle.Operation) error {
+	return c.policy.Allocate(klog.FromContext(ctx), c.state, pod, container, op)
+}
+
+func (c *cpuProvider) record(key string, h map[string][]topologymanager.TopologyHint) {
+	if c.recorded == nil {
+		return
+	}
+	hints, ok := h[string(v1.ResourceCPU)]
+	if !ok {
+		return
+	}
+	out := []hintJSON{}
+	for _, th := range hints {
+		out = append(out, toHint(th))
+	}
+	c.recorded[key] = out
+}
+
+func toHint(th topologymanager.TopologyHint) hintJSON {
+	h := hintJSON{Preferred: th.Preferred}
+	if th.NUMANodeAffinity != nil {
+		h.Affinity = th.NUMANodeAffinity.GetBits()
+		sort.Ints(h.Affinity)
+	}
+	return h
+}
+
+func buildTopology(m machineJSON) (*topology.CPUTopology, []cadvisorapi.Node, error) {
+	if len(m.CPUs) == 0 {
+		return nil, nil, errors.New("machine has no CPUs")
+	}
+	details := topology.CPUDetails{}
+	cores, sockets, numas, uncores := map[int]bool{}, map[int]bool{}, map[int]bool{}, map[int]bool{}
+	for _, c := range m.CPUs {
+		if _, dup := details[c[0]]; dup {
+			return nil, nil, fmt.Errorf("CPU %d listed twice", c[0])
+		}
+		details[c[0]] = topology.CPUInfo{CoreID: c[1], SocketID: c[2], NUMANodeID: c[3], UncoreCacheID: c[4]}
+		cores[c[1]], sockets[c[2]], numas[c[3]], uncores[c[4]] = true, true, true, true
+	}
+	topo := &topology.CPUTopology{
+		NumCPUs:        len(m.CPUs),
+		NumCores:       len(cores),
+		NumSockets:     len(sockets),
+		NumNUMANodes:   len(numas),
+		NumUncoreCache: len(uncores),
+		CPUDetails:     details,
+	}
+	if m.NumCores > 0 {
+		topo.NumCores = m.NumCores
+	}
+	if m.NumSocket > 0 {
+		topo.NumSockets = m.NumSocket
+	}
+	nodes := make([]cadvisorapi.Node, 0, len(m.NUMA))
+	for _, n := range m.NUMA {
+		nodes = append(nodes, cadvisorapi.Node{Id: n.ID, Distances: n.Distances})
+	}
+	return topo, nodes, nil
+}
+
+func quantity(field, s string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return q, fmt.Errorf("%s: bad quantity %q: %w", field, s, err)
+	}
+	return q, nil
+}
+
+func resourceList(field string, r resourcesJSON) (v1.ResourceList, error) {
+	out := v1.ResourceList{}
+	if r.CPU != "" {
+		q, err := quantity(field+".cpu", r.CPU)
+		if err != nil {
+			return nil, err
+		}
+		out[v1.ResourceCPU] = q
+	}
+	if r.Memory != "" {
+		q, err := quantity(field+".memory", r.Memory)
+		if err != nil {
+			return nil, err
+		}
+		out[v1.ResourceMemory] = q
+	}
+	return out, nil
+}
+
+func buildContainer(c containerJSON, init bool) (v1.Container, error) {
+	req, err := resourceList(c.Name+".requests", c.Requests)
+	if err != nil {
+		return v1.Container{}, err
+	}
+	lim, err := resourceList(c.Name+".limits", c.Limits)
+	if err != nil {
+		return v1.Container{}, err
+	}
+	out := v1.Container{Name: c.Name, Resources: v1.ResourceRequirements{Requests: req, Limits: lim}}
+	if c.Restartable {
+		if !init {
+			return out, fmt.Errorf("container %s: only init containers can be restartable", c.Name)
+		}
+		always := v1.ContainerRestartPolicyAlways
+		out.RestartPolicy = &always
+	}
+	return out, nil
+}
+
+func buildPod(p podJSON) (*v1.Pod, error) {
+	pod := &v1.Pod{}
+	pod.Name, pod.Namespace, pod.UID = p.Name, "default", types.UID(p.UID)
+	for _, c := range p.Init {
+		vc, err := buildContainer(c, true)
+		if err != nil {
+			return nil, err
+		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, vc)
+	}
+	for _, c := range p.Containers {
+		vc, err := buildContainer(c, false)
+		if err != nil {
+			return nil, err
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, vc)
+	}
+	return pod, nil
+}
+
+func allContainers(pod *v1.Pod) []v1.Container {
+	return append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+}
+
+// run evaluates one case; dir is a fresh directory for the checkpoint file.
+func run(c *caseJSON, dir string) answerJSON {
+	ans := answerJSON{ID: c.ID}
+	logger := klog.Background()
+	topo, nodes, err := buildTopology(c.Machine)
+	if err != nil {
+		ans.Error = err.Error()
+		return ans
+	}
+	reserved := cpuset.New()
+	if c.ReservedCPUs != "" {
+		reserved, err = cpuset.Parse(c.ReservedCPUs)
+		if err != nil {
+			ans.Error = fmt.Sprintf("reservedCPUs: %v", err)
+			return ans
+		}
+	}
+	tm, err := topologymanager.NewManager(logger, nodes, c.TMPolicy, c.TMScope, c.TMOptions)
+	if err != nil {
+		ans.ConfigError = "topology manager: " + err.Error()
+		return ans
+	}
+	policy, err := cpumanager.NewStaticPolicy(logger, topo, c.NumReserved, reserved, tm, c.CPUOptions)
+	if err != nil {
+		ans.ConfigError = "cpu manager: " + err.Error()
+		return ans
+	}
+	var st state.State
+	if c.Checkpoint {
+		st, err = state.NewCheckpointState(logger, dir, checkpointName, policy.Name(), nil)
+		if err != nil {
+			ans.Error = fmt.Sprintf("checkpoint state: %v", err)
+			return ans
+		}
+	} else {
+		st = state.NewMemoryState(logger)
+	}
+	if err := policy.Start(logger, st); err != nil {
+		ans.ConfigError = "cpu manager: " + err.Error()
+		return ans
+	}
+	provider := &cpuProvider{policy: policy, state: st}
+	tm.AddHintProvider(logger, provider)
+
+	pods := map[string]*v1.Pod{}
+	ctx := klog.NewContext(context.Background(), logger)
+	for i, op := range c.Ops {
+		switch op.Op {
+		case "admit":
+			if op.Pod == nil {
+				ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
+				return ans
+			}
+			pod, err := buildPod(*op.Pod)
+			if err != nil {
+				ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
+				return ans
+			}
+			provider.recorded = map[string][]hintJSON{}
+			res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
+			r := opResult{Admit: res.Admit, Reason: res.Reason, Message: res.Message, CPUHints: provider.recorded}
+			provider.recorded = nil
+			r.StateDefault, r.StateAssignments = snapshot(st)
+			pods[string(pod.UID)] = pod
+			if res.Admit {
+				r.CPUs = map[string]string{}
+				if c.TMPolicy != topologymanager.PolicyNone {
+					r.Hints = map[string]hintJSON{}
+				}
+				for _, ct := range allContainers(pod) {
+					if cs, ok := st.GetCPUSet(string(pod.UID), ct.Name); ok {
+						r.CPUs[ct.Name] = cs.String()
+					}
+					if r.Hints != nil {
+						r.Hints[ct.Name] = toHint(tm.GetAffinity(logger, string(pod.UID), ct.Name))
+					}
+				}
+			} else {
+				// The kubelet's stale-state cleanup releases what the rejected pod's
+				// earlier containers took before its next allocation.
+				for _, ct := range allContainers(pod) {
+					if err := policy.RemoveContainer(logger, st, string(pod.UID), ct.Name); err != nil {
+						ans.Error = fmt.Sprintf("ops[%d]: remove %s: %v", i, ct.Name, err)
+						return ans
+					}
+				}
+			}
+			ans.Results = append(ans.Results, r)
+		case "remove":
+			pod, ok := pods[op.UID]
+			if !ok {
+				ans.Error = fmt.Sprintf("ops[%d]: remove of unknown pod %q", i, op.UID)
+				return ans
+			}
+			for _, ct := range allContainers(pod) {
+				if err := policy.RemoveContainer(logger, st, op.UID, ct.Name); err != nil {
+					ans.Error = fmt.Sprintf("ops[%d]: remove %s: %v", i, ct.Name, err)
+					return ans
+				}
+			}
+			delete(pods, op.UID)
+			r := opResult{Admit: true}
+			r.StateDefault, r.StateAssignments = snapshot(st)
+			ans.Results = append(ans.Results, r)
+		default:
+			ans.Error = fmt.Sprintf("ops[%d]: unknown op %q", i, op.Op)
+			return ans
+		}
+	}
+	ans.Default, ans.Assignments = snapshot(st)
+	if c.Checkpoint {
+		data, err := os.ReadFile(filepath.Join(dir, checkpointName))
+		if err != nil {
+			ans.Error = fmt.Sprintf("reading checkpoint: %v", err)
+			return ans
+		}
+		ans.Checkpoint = string(data)
+	}
+	return ans
+}
+
+// snapshot is the state's shared pool and assignments as strings.
+func snapshot(st state.State) (string, map[string]map[string]string) {
+	out := map[string]map[string]string{}
+	for uid, containers := range st.GetCPUAssignments() {
+		out[uid] = map[string]string{}
+		for name, cs := range containers {
+			out[uid][name] = cs.String()
+		}
+	}
+	return st.GetDefaultCPUSet().String(), out
+}
+
+// writeLegacy prints a checkpoint in the v2 or v3 format, marshalled by the kubelet's own
+// checkpoint types (what kubelets 1.34-1.36 write), from one JSON object on stdin with the
+// fields policyName, defaultCpuSet and entries.
+func writeLegacy(version string) error {
+	var in struct {
+		PolicyName    string                       `json:"policyName"`
+		DefaultCPUSet string                       `json:"defaultCpuSet"`
+		Entries       map[string]map[string]string `json:"entries"`
+	}
+	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+		return fmt.Errorf("reading the state: %w", err)
+	}
+	// The kubelet's loaders start from an empty map (newCPUManagerCheckpointV2/V3), so an
+	// absent "entries" hashes as an empty map, not a nil one.
+	if in.Entries == nil {
+		in.Entries = map[string]map[string]string{}
+	}
+	var blob []byte
+	var err error
+	switch version {
+	case "v2":
+		cp := &state.CPUManagerCheckpointV2{PolicyName: in.PolicyName, DefaultCPUSet: in.DefaultCPUSet, Entries: in.Entries}
+		blob, err = cp.MarshalCheckpoint()
+	case "v3":
+		cp := &state.CPUManagerCheckpointV3{PolicyName: in.PolicyName, DefaultCPUSet: in.DefaultCPUSet, Entries: in.Entries, PodEntries: state.PodCPUAssignments{}}
+		blob, err = cp.MarshalCheckpoint()
+	default:
+		return fmt.Errorf("unknown checkpoint version %q (v2 or v3)", version)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(blob, '\n'))
+	return err
+}
+
+func main() {
+	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
+	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
+	flag.Parse()
+	if *legacy != "" {
+		if err := writeLegacy(*legacy); err != nil {
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
+	// The kubelet logs every allocation; the oracle answers on stdout only.
+	klog.SetLogger(logr.Discard())
+	if err := utilfeature.DefaultMutableFeatureGate.Set(featureGates); err != nil {
+		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
+		os.Exit(2)
+	}
+	tmp, err := os.MkdirTemp("", "kubelet-oracle-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubelet-oracle: temp dir: %v\n", err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(tmp)
+
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	enc := json.NewEncoder(out)
+	for n := 0; in.Scan(); n++ {
+		var c caseJSON
+		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
+			_ = enc.Encode(answerJSON{Error: fmt.Sprintf("line %d: not a case: %v", n+1, err)})
+			_ = out.Flush()
+			continue
+		}
+		dir := filepath.Join(tmp, strconv.Itoa(n))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
+			os.Exit(2)
+		}
+		done := make(chan answerJSON, 1)
+		go func() { done <- run(&c, dir) }()
+		select {
+		case ans := <-done:
+			_ = enc.Encode(ans)
+			_ = out.Flush()
+			_ = os.RemoveAll(dir)
+		case <-time.After(*timeout):
+			_ = enc.Encode(answerJSON{ID: c.ID, Timeout: true})
+			_ = out.Flush()
+			_ = os.RemoveAll(tmp)
+			os.Exit(3)
+		}
+	}
+	if err := in.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "kubelet-oracle: reading stdin: %v\n", err)
+		os.Exit(2)
+	}
+}
