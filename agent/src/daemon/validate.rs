@@ -351,6 +351,8 @@ mod tests {
             default_cpu_set: parse("0-1,10-63"),
             entries: BTreeMap::new(),
             checksum: 1,
+            format: crate::daemon::kubelet_state::CheckpointFormat::V2,
+            checksum_check: crate::daemon::kubelet_state::ChecksumCheck::Verified,
         };
         k.entries
             .entry("u1".into())

@@ -435,6 +435,8 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
             default_cpu_set: CpuSet::parse("0-3").expect("set"),
             entries,
             checksum: 1,
+            format: CheckpointFormat::V2,
+            checksum_check: ChecksumCheck::Verified,
         }))));
         let st = core.status(&[], &now());
         assert!(
