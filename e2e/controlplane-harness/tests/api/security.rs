@@ -391,10 +391,11 @@ async fn chart_rbac_and_admission_policy_are_enforced() {
             .await,
     );
     let a_nodes: Api<Node> = Api::all(agent.clone());
+    // The agent reads no Node (issue 18: least privilege), not even its own.
     cases.check(
         "agent",
         "get nodes/sec-node-a",
-        true,
+        false,
         a_nodes.get(NODE_A).await,
     );
     cases.check(
@@ -579,9 +580,15 @@ async fn chart_rbac_and_admission_policy_are_enforced() {
     // The Lease the operator is allowed to hold is named after the operator (the chart's Role).
     let lease_name = docs
         .iter()
-        .find(|d| d["kind"] == "Role")
-        .and_then(|d| d["rules"].as_array())
-        .and_then(|rules| rules.iter().find_map(|r| r["resourceNames"][0].as_str()))
+        .filter(|d| d["kind"] == "Role")
+        .filter_map(|d| d["rules"].as_array())
+        .flat_map(|rules| rules.iter())
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|res| res.iter().any(|x| x == "leases"))
+        })
+        .find_map(|r| r["resourceNames"][0].as_str())
         .expect("the chart's leader-election Role names the Lease")
         .to_string();
     cases.check(
