@@ -104,3 +104,21 @@ pub fn repo_root() -> std::path::PathBuf {
         .canonicalize()
         .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
+
+/// A workspace binary (`nodetopo-agent`, `nodetopo-operator`) that `cargo test --workspace`
+/// builds next to the test binaries. `None` after printing one `SKIPPED` line when it is
+/// missing; a failure instead where the control-plane tests are [`required`].
+pub fn workspace_binary(name: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join(name)))
+        .filter(|bin| bin.is_file());
+    if found.is_none() {
+        assert!(
+            !required(),
+            "{name} binary not found next to the test binary"
+        );
+        println!("SKIPPED: {name} binary not built (run `cargo test --workspace --release` first)");
+    }
+    found
+}

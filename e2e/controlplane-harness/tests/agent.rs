@@ -20,12 +20,6 @@ const NODE: &str = "agent-node";
 const NS: &str = "agent-test";
 const PRESET: &str = "epyc-7702p";
 
-fn agent_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("nodetopo-agent");
-    bin.is_file().then_some(bin)
-}
-
 struct Agent(Child);
 
 impl Drop for Agent {
@@ -106,12 +100,7 @@ async fn agent_cluster_mode_against_a_real_apiserver() {
         Ok(None) => return,
         Err(e) => panic!("control plane: {e}"),
     };
-    let Some(bin) = agent_binary() else {
-        assert!(
-            !nodetopo_controlplane::required(),
-            "nodetopo-agent binary not found next to the test binary"
-        );
-        println!("SKIPPED: nodetopo-agent binary not built (run `cargo test --workspace --release` first)");
+    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-agent") else {
         return;
     };
     cp.install_crds().await.expect("CRDs");

@@ -22,13 +22,6 @@ const NS: &str = "nodetopo-system";
 const LEASE: &str = "nodetopo-operator";
 
 /// The operator binary that `cargo test --workspace` builds next to this test binary.
-fn operator_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?;
-    let bin = dir.join("nodetopo-operator");
-    bin.is_file().then_some(bin)
-}
-
 struct Operator {
     child: Child,
     metrics_port: u16,
@@ -152,12 +145,7 @@ async fn operator_against_a_real_apiserver() {
         Ok(None) => return,
         Err(e) => panic!("control plane: {e}"),
     };
-    let Some(bin) = operator_binary() else {
-        assert!(
-            !nodetopo_controlplane::required(),
-            "nodetopo-operator binary not found next to the test binary"
-        );
-        println!("SKIPPED: nodetopo-operator binary not built (run `cargo test --workspace --release` or `cargo build --release -p nodetopo-operator` first)");
+    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-operator") else {
         return;
     };
     println!("control plane started in {:?}", cp.start_time);
