@@ -112,3 +112,48 @@ pub fn skip_line() -> String {
         "SKIPPED: control-plane tests need Go to build kube-apiserver and etcd ({why}); set {REQUIRE_ENV}=1 to make this a failure"
     )
 }
+
+/// The kubelet oracle (`e2e/kubelet-oracle`: the kubelet's CPU manager and topology manager
+/// code from k8s.io/kubernetes v1.37.2), built by its `build.sh` if needed (once per
+/// process). Tests use it to write real `cpu_manager_state` checkpoints. `Ok(None)`: Go is
+/// missing and [`required`] is false (the caller has already skipped for the control plane).
+pub fn kubelet_oracle() -> Result<Option<PathBuf>> {
+    static ONCE: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
+    let r = ONCE.get_or_init(|| {
+        if let Some(why) = go_missing() {
+            if required() {
+                return Err(format!(
+                    "{REQUIRE_ENV}=1 but the kubelet oracle cannot be built: {why}"
+                ));
+            }
+            return Ok(None);
+        }
+        let script = repo_root().join("e2e/kubelet-oracle/build.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "building the kubelet oracle with {}: {}\n{}",
+                script.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let bin = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("{} printed no binary path", script.display()))?;
+        if !bin.is_file() {
+            return Err(format!(
+                "{} is missing after {}",
+                bin.display(),
+                script.display()
+            ));
+        }
+        Ok(Some(bin))
+    });
+    r.clone().map_err(Error::Other)
+}

@@ -23,7 +23,7 @@ pub mod process;
 pub mod server;
 pub mod tools;
 
-pub use binaries::{binaries, required, Binaries};
+pub use binaries::{binaries, kubelet_oracle, required, Binaries};
 pub use server::ControlPlane;
 
 /// Everything that can go wrong while building or running the control plane.
