@@ -152,20 +152,27 @@ pub struct NodeTopologySummary {
     /// Topology manager policy the agent runs.
     pub topology_manager_policy: String,
     /// Online logical CPUs.
+    #[schemars(transform = rules::int32_schema)]
     pub cpus: i32,
     /// NUMA nodes.
+    #[schemars(transform = rules::int32_schema)]
     pub numa_nodes: i32,
     /// Uncore caches.
+    #[schemars(transform = rules::int32_schema)]
     pub uncore_caches: i32,
     /// CPUs exclusively assigned.
     #[serde(rename = "exclusiveCPUs")]
+    #[schemars(transform = rules::int32_schema)]
     pub exclusive_cpus: i32,
     /// Containers holding exclusive CPUs.
+    #[schemars(transform = rules::int32_schema)]
     pub containers: i32,
     /// Of those, containers whose CPUs lie inside one NUMA node (`aligned.numaNode`; the
     /// `NUMA-Aligned` printer column, and plan's "in one NUMA node" count).
+    #[schemars(transform = rules::int32_schema)]
     pub aligned_containers: i32,
     /// Rejected container admissions.
+    #[schemars(transform = rules::int32_schema)]
     pub rejections: i32,
 }
 

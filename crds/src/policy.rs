@@ -110,21 +110,26 @@ pub struct NodeResourcePolicyStatus {
     pub conditions: Vec<Condition>,
     /// Nodes whose labels match the node selector.
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub matched_nodes: i32,
     /// Matched nodes this policy governs (it won there); their NodeTopology spec carries it.
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub governed_nodes: i32,
     /// Governed nodes whose agent has applied the current NodeTopology spec without finding
     /// it invalid.
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub applied_nodes: i32,
     /// Governed nodes where the configuration cannot apply (found by the agent or by the
     /// operator from the node's reported topology, e.g. a reserved CPU the node lacks).
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub invalid_nodes: i32,
     /// Matched nodes governed by another policy (higher priority, or equal priority and an
     /// alphabetically earlier name).
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub overridden_nodes: i32,
     /// The first few nodes (by name, at most 10) that are invalid, overridden or still
     /// pending, with the reason.

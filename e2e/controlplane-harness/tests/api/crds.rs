@@ -457,8 +457,8 @@ fn cases() -> Vec<Case> {
     v
 }
 
-/// The constraints of the `spec` subtree of a served CRD, as case ids.
-fn constraint_ids(crd: &CustomResourceDefinition) -> BTreeSet<String> {
+/// The constraints of the `root` subtree (`spec`, `status`) of a served CRD, as case ids.
+pub fn constraint_ids(crd: &CustomResourceDefinition, root: &str) -> BTreeSet<String> {
     fn walk(s: &JSONSchemaProps, path: &str, out: &mut BTreeSet<String>) {
         for r in s.x_kubernetes_validations.iter().flatten() {
             out.insert(format!("cel:{}", r.message.clone().unwrap_or_default()));
@@ -497,18 +497,18 @@ fn constraint_ids(crd: &CustomResourceDefinition) -> BTreeSet<String> {
             walk(a, &format!("{path}{{}}"), out);
         }
     }
-    let root = crd.spec.versions[0]
+    let schema = crd.spec.versions[0]
         .schema
         .as_ref()
         .and_then(|s| s.open_api_v3_schema.as_ref())
         .expect("served CRD has a schema");
-    let spec = root
+    let subtree = schema
         .properties
         .as_ref()
-        .and_then(|p| p.get("spec"))
-        .expect("schema has spec");
+        .and_then(|p| p.get(root))
+        .unwrap_or_else(|| panic!("schema has {root}"));
     let mut out = BTreeSet::new();
-    walk(spec, "spec", &mut out);
+    walk(subtree, root, &mut out);
     out
 }
 
@@ -609,7 +609,7 @@ async fn every_rule_and_constraint_accepts_and_rejects_with_the_field_named() {
     let mut missing = Vec::new();
     for crd in &served {
         let kind = &crd.spec.names.kind;
-        for id in constraint_ids(crd) {
+        for id in constraint_ids(crd, "spec") {
             let applies = |c: &&Case| {
                 c.id == id
                     && match c.kinds {

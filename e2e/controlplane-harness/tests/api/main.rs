@@ -1,10 +1,12 @@
 //! Tests against one real kube-apiserver + etcd shared by this test binary: the CRDs and
 //! their validation rules ([`crds`], [`differential`]) and the Helm chart's RBAC and
 //! ValidatingAdmissionPolicy ([`security`]), `helm install`/`uninstall` and kubectl output
-//! ([`helm`]). Each test uses its own object names, so they run in parallel.
+//! ([`helm`]), the constraints of both status schemas through the status subresource
+//! ([`status_rules`]). Each test uses its own object names, so they run in parallel.
 
 mod common;
 mod crds;
 mod differential;
 mod helm;
 mod security;
+mod status_rules;
