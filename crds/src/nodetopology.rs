@@ -190,6 +190,7 @@ pub struct NodeTopologyStatus {
     pub conditions: Vec<Condition>,
     /// The discovered CPU topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rules::uint32_schema)]
     pub topology: Option<TopologyReport>,
     /// CPU pools under the applied configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -287,6 +287,33 @@ pub fn int32_schema(schema: &mut Schema) {
     insert(schema, "maximum", json!(i32::MAX));
 }
 
+/// Schema transform for a subtree with unsigned 32-bit fields (the agent's topology report):
+/// every `format: uint32` schema in it gets `maximum: 4294967295`. The apiserver does not know
+/// that format, so without the bound it stores values the typed clients (`u32`) cannot read
+/// back, and a whole list or watch of NodeTopologies would fail to decode.
+pub fn uint32_schema(schema: &mut Schema) {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                if o.get("format").and_then(Value::as_str) == Some("uint32")
+                    && !o.contains_key("maximum")
+                {
+                    o.insert("maximum".into(), json!(u32::MAX));
+                }
+                o.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    if let Some(o) = schema.as_object_mut() {
+        o.values_mut().for_each(walk);
+        if o.get("format").and_then(Value::as_str) == Some("uint32") && !o.contains_key("maximum") {
+            o.insert("maximum".into(), json!(u32::MAX));
+        }
+    }
+}
+
 /// Schema transform for `NodeResourcePolicy.spec.nodeSelector` (a LabelSelector): the operator
 /// enum and the values rules on each `matchExpressions` item, which a CRD gets only from its
 /// schema (built-in kinds check selectors in Go).

@@ -484,6 +484,11 @@ pub fn constraint_ids(crd: &CustomResourceDefinition, root: &str) -> BTreeSet<St
             out.insert(schema_id("minimum", path));
             out.insert(schema_id("maximum", path));
         }
+        // uint32 (a format the server does not know): the same, for the Rust `u32` readers.
+        if s.format.as_deref() == Some("uint32") {
+            out.insert(schema_id("minimum", path));
+            out.insert(schema_id("maximum", path));
+        }
         for r in s.required.iter().flatten() {
             out.insert(schema_id("required", &format!("{path}.{r}")));
         }
