@@ -226,6 +226,16 @@ impl NodeAdmitter {
         &self.state
     }
 
+    /// The Memory Manager's state, when its policy is Static.
+    pub fn memory(&self) -> Option<&MemoryManager> {
+        self.memory.as_ref()
+    }
+
+    /// The device manager's state.
+    pub fn devices(&self) -> &DeviceManager {
+        &self.devices
+    }
+
     /// Replaces the CPU state (from a checkpoint). Pods admitted before are forgotten; the
     /// caller re-admits live pods, whose containers then keep their CPUs (the kubelet's
     /// "already assigned" path).
