@@ -70,10 +70,10 @@ pub(crate) fn bytes(q: &str) -> Option<u64> {
         return None;
     }
     if let Some(g) = q.strip_suffix("Gi") {
-        return g.parse::<u64>().ok().map(|g| g << 30);
+        return g.parse::<u64>().ok().and_then(|g| g.checked_mul(1 << 30));
     }
     if let Some(m) = q.strip_suffix("Mi") {
-        return m.parse::<u64>().ok().map(|m| m << 20);
+        return m.parse::<u64>().ok().and_then(|m| m.checked_mul(1 << 20));
     }
     q.parse().ok()
 }

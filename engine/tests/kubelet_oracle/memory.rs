@@ -331,10 +331,11 @@ fn gen_mem_container(
         _ => r.range(1, 2).to_string(),
     };
     // Mostly within one node, sometimes beyond (multi-NUMA groups).
+    let node_mi = (node_mem / MI).max(4096) as usize;
     let mem_mi = match r.range(0, 9) {
         0..=5 => r.range(64, 4096) as u64,
-        6 | 7 => r.range(4096, (node_mem / MI) as usize) as u64,
-        _ => r.range((node_mem / MI) as usize, (3 * node_mem / MI) as usize) as u64,
+        6 | 7 => r.range(4096, node_mi) as u64,
+        _ => r.range(node_mi, 3 * node_mi) as u64,
     };
     let mut res = ResJson {
         cpu,
