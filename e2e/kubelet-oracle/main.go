@@ -697,6 +697,8 @@ func writeLegacy(version string) error {
 func main() {
 	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
 	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
+	stateDir := flag.String("state-dir", "", "where the per-case checkpoint directories go (default: the system temp dir; "+
+		"a tmpfs such as /dev/shm avoids the checkpoint code's fsync on every state change)")
 	flag.Parse()
 	if *legacy != "" {
 		if err := writeLegacy(*legacy); err != nil {
@@ -711,7 +713,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
 		os.Exit(2)
 	}
-	tmp, err := os.MkdirTemp("", "kubelet-oracle-")
+	tmp, err := os.MkdirTemp(*stateDir, "kubelet-oracle-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: temp dir: %v\n", err)
 		os.Exit(2)

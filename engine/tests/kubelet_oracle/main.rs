@@ -47,6 +47,8 @@ struct Tally {
     timeouts: Vec<String>,
     panics: Vec<String>,
     defects: Vec<String>,
+    raw_cpu_hint_lists: usize,
+    raw_memory_hint_lists: usize,
     memory_blocks: usize,
     multi_numa_blocks: usize,
     memory_checkpoints: usize,
@@ -133,6 +135,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
                 if r.admit {
                     t.containers_pinned += r.cpus.len();
                 }
+                t.raw_cpu_hint_lists += r.cpu_hints.len();
+                t.raw_memory_hint_lists += r.mem_hints.values().map(|m| m.len()).sum::<usize>();
                 for b in r.memory.iter().flat_map(|m| m.values()).flatten() {
                     t.memory_blocks += 1;
                     if b.numa_affinity.len() > 1 {
@@ -165,6 +169,10 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
         oracle.restarts
     );
     eprintln!("  by topology-manager policy/scope: {:?}", t.by_tm);
+    eprintln!(
+        "  raw provider hint lists compared: {} CPU, {} memory (per resource)",
+        t.raw_cpu_hint_lists, t.raw_memory_hint_lists
+    );
     if kind == Kind::Memory {
         eprintln!(
             "  memory blocks compared: {} ({} spanning several NUMA nodes), memory_manager_state files checked: {}",

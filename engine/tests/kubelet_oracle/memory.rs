@@ -367,12 +367,16 @@ fn gen_mem_container(
     }
 }
 
-/// A random memory case: a uniform machine of 1-8 NUMA nodes with memory and huge pages,
+/// A random memory case: a uniform machine of 1-4 (one in ten: 1-8) NUMA nodes with memory and huge pages,
 /// reserved memory on some nodes, no CPU options, every topology-manager policy and scope,
 /// 1-8 pods with init containers (regular or sidecar) and 1-3 app containers.
 pub(crate) fn gen_memory_case(r: &mut Rng, id: String) -> CaseJson {
+    // Up to 4 NUMA nodes, one case in ten up to 8: with memory, huge pages and CPU hints
+    // the kubelet's merge walks the product of three lists of up to 2^N - 1 hints each, so
+    // 8-node cases often run past the oracle's 2 s (counted and listed as timeouts).
+    let cap = if r.chance(10) { 8 } else { 4 };
     let mut machine = gen_machine(r, Machines::Uniform);
-    while machine.numa.len() > 8 {
+    while machine.numa.len() > cap {
         machine = gen_machine(r, Machines::Uniform);
     }
     let sizes = (r.chance(60), r.chance(35));
