@@ -442,7 +442,9 @@ impl NodeAdmitter {
         Ok(result.hint)
     }
 
-    /// Every provider's `Allocate` for one container, CPU first, then memory, then devices.
+    /// Every provider's `Allocate` for one container in the kubelet's registration order
+    /// (`container_manager_linux.go` adds the device manager, then the CPU manager, then the
+    /// memory manager), so when several fail the rejection names the same one.
     fn allocate(
         &mut self,
         pod: &Pod,
@@ -454,6 +456,9 @@ impl NodeAdmitter {
             reason: reason.to_string(),
             message,
         };
+        self.devices
+            .allocate(pod, c, hint)
+            .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         if let Some(policy) = &self.cpu {
             policy
                 .allocate(&mut self.state, pod, c, hint)
@@ -463,9 +468,6 @@ impl NodeAdmitter {
             m.allocate(pod, c, hint)
                 .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         }
-        self.devices
-            .allocate(pod, c, hint)
-            .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         Ok(())
     }
 
