@@ -2,17 +2,24 @@
 //! k8s.io/kubernetes): random machines, configurations and pod sequences go to the oracle
 //! and to the engine's `NodeAdmitter`, and everything observable is compared: config
 //! acceptance, admit/reject with reason and message, every container's exclusive CPUs, the
-//! merged topology hint of every container, and the final shared pool and assignments.
+//! merged topology hint of every container, the raw CPU (and memory) hints before the
+//! merge, and the final shared pool and assignments; memory cases also every container's
+//! memory blocks, the memory manager's machine state and its checkpoint file.
 //!
-//! - `oracle_campaign` (CI sets 20,000): `NODETOPO_ORACLE_CASES` cases (default 2,000) from the fixed
-//!   seed plus one fresh seed printed in the log. Skips, saying why, when Go is missing,
-//!   unless `NODETOPO_REQUIRE_ORACLE=1`.
+//! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|all`, default all: 70 % cpu, 30 % memory):
+//! `cpu` (CPU manager and topology manager, `cpu.rs`) and `memory` (plus the memory
+//! manager's Static policy, `memory.rs`).
+//!
+//! - `oracle_campaign` (CI sets 20,000): `NODETOPO_ORACLE_CASES` cases (default 2,000), per
+//!   kind half from the fixed seed and half from one fresh seed printed in the log. Skips,
+//!   saying why, when Go is missing, unless `NODETOPO_REQUIRE_ORACLE=1`.
 //! - `oracle_campaign_on_demand` (ignored): `NODETOPO_ORACLE_CASES=N NODETOPO_ORACLE_SEED=S`.
 //! - `oracle_replay` (ignored): `NODETOPO_ORACLE_CASE='<json>'`, the reproducer a
 //!   disagreement prints after shrinking.
 //!
 //! Cases the oracle does not finish within its per-case timeout (known upstream hangs in
-//! the kubelet's take) are counted and listed, never dropped silently.
+//! the kubelet's take and merge) and cases where the kubelet's code panics are counted and
+//! listed, never dropped silently.
 
 mod cpu;
 mod generator;
