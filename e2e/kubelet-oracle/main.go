@@ -43,9 +43,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
+	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
+	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/utils/cpuset"
@@ -58,10 +62,17 @@ const featureGates = "CPUManagerPolicyAlphaOptions=true,CPUManagerPolicyBetaOpti
 // checkpointName is the kubelet's CPU manager checkpoint file name.
 const checkpointName = "cpu_manager_state"
 
+// memoryCheckpointName is the file the memory manager's checkpoint code writes.
+const memoryCheckpointName = "memory_manager_state"
+
 type numaJSON struct {
 	ID int `json:"id"`
 	// Distances indexed by NUMA node id (what the kubelet's NUMADistances expects).
 	Distances []uint64 `json:"distances,omitempty"`
+	// Memory of the node in bytes (cadvisor's Node.Memory; the memory manager's input).
+	Memory uint64 `json:"memory,omitempty"`
+	// Huge pages as [page size in KiB, number of pages] (cadvisor's HugePagesInfo).
+	HugePages [][2]uint64 `json:"hugepages,omitempty"`
 }
 
 type machineJSON struct {
@@ -74,8 +85,10 @@ type machineJSON struct {
 }
 
 type resourcesJSON struct {
-	CPU    string `json:"cpu,omitempty"`
-	Memory string `json:"memory,omitempty"`
+	CPU          string `json:"cpu,omitempty"`
+	Memory       string `json:"memory,omitempty"`
+	HugePages2Mi string `json:"hugepages-2Mi,omitempty"`
+	HugePages1Gi string `json:"hugepages-1Gi,omitempty"`
 }
 
 type containerJSON struct {
@@ -111,6 +124,22 @@ type caseJSON struct {
 	Ops          []opJSON          `json:"ops"`
 	// Checkpoint: keep the state in the kubelet's checkpoint file and return its bytes.
 	Checkpoint bool `json:"checkpoint,omitempty"`
+	// Memory: when present, the memory manager runs with the Static policy as the second
+	// hint provider (after the CPU manager).
+	Memory *memoryJSON `json:"memory,omitempty"`
+}
+
+// memoryJSON is the memory manager's configuration: --reserved-memory per NUMA node id,
+// resource name -> bytes. The node-allocatable reservation is the per-resource sum (what a
+// kubelet whose configuration passes validation has).
+type memoryJSON struct {
+	Reserved map[string]map[string]uint64 `json:"reserved"`
+}
+
+type blockJSON struct {
+	NUMAAffinity []int  `json:"numaAffinity"`
+	Type         string `json:"type"`
+	Size         uint64 `json:"size"`
 }
 
 type hintJSON struct {
@@ -133,6 +162,11 @@ type opResult struct {
 	// The CPU state right after the operation (for a rejected pod: before its cleanup).
 	StateDefault     string                       `json:"stateDefault"`
 	StateAssignments map[string]map[string]string `json:"stateAssignments,omitempty"`
+	// The raw memory-manager hints per container (container scope) or under "" (pod
+	// scope), resource name -> hints; a nil map (not Guaranteed) is absent.
+	MemHints map[string]map[string][]hintJSON `json:"memHints,omitempty"`
+	// The memory blocks of the pod's containers after an admission.
+	Memory map[string][]blockJSON `json:"memory,omitempty"`
 }
 
 type answerJSON struct {
@@ -142,8 +176,14 @@ type answerJSON struct {
 	Default     string                       `json:"defaultCPUSet"`
 	Assignments map[string]map[string]string `json:"assignments,omitempty"`
 	Checkpoint  string                       `json:"checkpoint,omitempty"`
-	Timeout     bool                         `json:"timeout,omitempty"`
-	Error       string                       `json:"error,omitempty"`
+	// The memory manager's machine state at the end (state.NUMANodeMap as JSON) and the
+	// memory_manager_state file its checkpoint code wrote.
+	MemoryState      json.RawMessage `json:"memoryState,omitempty"`
+	MemoryCheckpoint string          `json:"memoryCheckpoint,omitempty"`
+	Timeout          bool            `json:"timeout,omitempty"`
+	// Panic: the kubelet's code panicked on this case (the value it panicked with).
+	Panic string `json:"panic,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // cpuProvider forwards the topology manager's hint-provider calls to the static policy and
@@ -190,6 +230,97 @@ func (c *cpuProvider) record(key string, h map[string][]topologymanager.Topology
 	c.recorded[key] = out
 }
 
+// memProvider forwards the topology manager's hint-provider calls to the real memory
+// manager (memorymanager.NewManager with the Static policy, started with the kubelet's
+// checkpoint state) and records the hints it answers.
+type memProvider struct {
+	mm       memorymanager.Manager
+	recorded map[string]map[string][]hintJSON
+}
+
+func (m *memProvider) GetTopologyHints(logger klog.Logger, pod *v1.Pod, container *v1.Container, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	h := m.mm.GetTopologyHints(logger, pod, container, op)
+	m.record(container.Name, h)
+	return h
+}
+
+func (m *memProvider) GetPodTopologyHints(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	h := m.mm.GetPodTopologyHints(logger, pod, op)
+	m.record("", h)
+	return h
+}
+
+func (m *memProvider) AllocatePod(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) error {
+	return m.mm.AllocatePod(logger, pod, op)
+}
+
+func (m *memProvider) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container, op lifecycle.Operation) error {
+	return m.mm.Allocate(ctx, pod, container, op)
+}
+
+func (m *memProvider) record(key string, h map[string][]topologymanager.TopologyHint) {
+	if m.recorded == nil || h == nil {
+		return
+	}
+	out := map[string][]hintJSON{}
+	for r, hints := range h {
+		l := []hintJSON{}
+		for _, th := range hints {
+			l = append(l, toHint(th))
+		}
+		out[r] = l
+	}
+	m.recorded[key] = out
+}
+
+// allSourcesReady lets the memory manager's stale-state cleanup run (a kubelet whose pod
+// sources have all been seen).
+type allSourcesReady struct{}
+
+func (allSourcesReady) AddSource(string) {}
+func (allSourcesReady) AllReady() bool   { return true }
+
+// memoryReservations turns the case's reserved memory into --reserved-memory entries and
+// the node-allocatable reservation they must add up to.
+func memoryReservations(m *memoryJSON) ([]kubeletconfig.MemoryReservation, v1.ResourceList, error) {
+	ids := make([]string, 0, len(m.Reserved))
+	for id := range m.Reserved {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []kubeletconfig.MemoryReservation
+	total := v1.ResourceList{}
+	for _, id := range ids {
+		n, err := strconv.ParseInt(id, 10, 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("memory.reserved: NUMA node %q is not a number", id)
+		}
+		limits := v1.ResourceList{}
+		for name, bytes := range m.Reserved[id] {
+			if bytes > 1<<62 {
+				return nil, nil, fmt.Errorf("memory.reserved[%s].%s: %d bytes is too large", id, name, bytes)
+			}
+			q := *resource.NewQuantity(int64(bytes), resource.BinarySI)
+			limits[v1.ResourceName(name)] = q
+			sum := total[v1.ResourceName(name)]
+			sum.Add(q)
+			total[v1.ResourceName(name)] = sum
+		}
+		out = append(out, kubeletconfig.MemoryReservation{NumaNode: int32(n), Limits: limits})
+	}
+	return out, total, nil
+}
+
+func blocksJSON(blocks []memstate.Block) []blockJSON {
+	out := make([]blockJSON, 0, len(blocks))
+	for _, b := range blocks {
+		aff := append([]int{}, b.NUMAAffinity...)
+		sort.Ints(aff)
+		out = append(out, blockJSON{NUMAAffinity: aff, Type: string(b.Type), Size: b.Size})
+	}
+	return out
+}
+
 func toHint(th topologymanager.TopologyHint) hintJSON {
 	h := hintJSON{Preferred: th.Preferred}
 	if th.NUMANodeAffinity != nil {
@@ -228,7 +359,11 @@ func buildTopology(m machineJSON) (*topology.CPUTopology, []cadvisorapi.Node, er
 	}
 	nodes := make([]cadvisorapi.Node, 0, len(m.NUMA))
 	for _, n := range m.NUMA {
-		nodes = append(nodes, cadvisorapi.Node{Id: n.ID, Distances: n.Distances})
+		node := cadvisorapi.Node{Id: n.ID, Distances: n.Distances, Memory: n.Memory}
+		for _, hp := range n.HugePages {
+			node.HugePages = append(node.HugePages, cadvisorapi.HugePagesInfo{PageSize: hp[0], NumPages: hp[1]})
+		}
+		nodes = append(nodes, node)
 	}
 	return topo, nodes, nil
 }
@@ -256,6 +391,16 @@ func resourceList(field string, r resourcesJSON) (v1.ResourceList, error) {
 			return nil, err
 		}
 		out[v1.ResourceMemory] = q
+	}
+	for name, v := range map[v1.ResourceName]string{"hugepages-2Mi": r.HugePages2Mi, "hugepages-1Gi": r.HugePages1Gi} {
+		if v == "" {
+			continue
+		}
+		q, err := quantity(field+"."+string(name), v)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = q
 	}
 	return out, nil
 }
@@ -350,6 +495,46 @@ func run(c *caseJSON, dir string) answerJSON {
 
 	pods := map[string]*v1.Pod{}
 	ctx := klog.NewContext(context.Background(), logger)
+
+	// The memory manager: the kubelet's NewManager and Start (reserved-memory validation,
+	// the Static policy, the checkpoint state in dir). Its stale-state cleanup sees the
+	// pods in active: the admitted ones and the one being admitted, as the kubelet's pod
+	// manager lists them.
+	var mem *memProvider
+	var active []*v1.Pod
+	cleanup := func() {}
+	if c.Memory != nil {
+		reservations, allocatable, err := memoryReservations(c.Memory)
+		if err != nil {
+			ans.Error = err.Error()
+			return ans
+		}
+		machine := &cadvisorapi.MachineInfo{Topology: nodes}
+		mm, err := memorymanager.NewManager(logger, "Static", machine, allocatable, reservations, dir, tm)
+		if err != nil {
+			ans.ConfigError = "memory manager: " + err.Error()
+			return ans
+		}
+		activePods := func() []*v1.Pod { return append([]*v1.Pod{}, active...) }
+		if err := mm.Start(ctx, activePods, allSourcesReady{}, nil, nil, containermap.NewContainerMap()); err != nil {
+			ans.ConfigError = "memory manager: " + err.Error()
+			return ans
+		}
+		mem = &memProvider{mm: mm}
+		tm.AddHintProvider(logger, mem)
+		// Any hint request runs the manager's removeStaleState; a BestEffort pod asks for
+		// nothing else.
+		cleanup = func() { mm.GetPodTopologyHints(logger, &v1.Pod{}, lifecycle.AddOperation) }
+	}
+	dropActive := func(uid string) {
+		kept := active[:0]
+		for _, p := range active {
+			if string(p.UID) != uid {
+				kept = append(kept, p)
+			}
+		}
+		active = kept
+	}
 	for i, op := range c.Ops {
 		switch op.Op {
 		case "admit":
@@ -363,9 +548,25 @@ func run(c *caseJSON, dir string) answerJSON {
 				return ans
 			}
 			provider.recorded = map[string][]hintJSON{}
+			active = append(active, pod)
+			if mem != nil {
+				mem.recorded = map[string]map[string][]hintJSON{}
+			}
 			res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
 			r := opResult{Admit: res.Admit, Reason: res.Reason, Message: res.Message, CPUHints: provider.recorded}
 			provider.recorded = nil
+			if mem != nil {
+				r.MemHints = mem.recorded
+				mem.recorded = nil
+				if res.Admit {
+					r.Memory = map[string][]blockJSON{}
+					for _, ct := range allContainers(pod) {
+						if b := mem.mm.GetMemory(logger, string(pod.UID), ct.Name); len(b) > 0 {
+							r.Memory[ct.Name] = blocksJSON(b)
+						}
+					}
+				}
+			}
 			r.StateDefault, r.StateAssignments = snapshot(st)
 			pods[string(pod.UID)] = pod
 			if res.Admit {
@@ -390,6 +591,8 @@ func run(c *caseJSON, dir string) answerJSON {
 						return ans
 					}
 				}
+				dropActive(string(pod.UID))
+				cleanup()
 			}
 			ans.Results = append(ans.Results, r)
 		case "remove":
@@ -405,6 +608,8 @@ func run(c *caseJSON, dir string) answerJSON {
 				}
 			}
 			delete(pods, op.UID)
+			dropActive(op.UID)
+			cleanup()
 			r := opResult{Admit: true}
 			r.StateDefault, r.StateAssignments = snapshot(st)
 			ans.Results = append(ans.Results, r)
@@ -421,6 +626,22 @@ func run(c *caseJSON, dir string) answerJSON {
 			return ans
 		}
 		ans.Checkpoint = string(data)
+	}
+	if mem != nil {
+		ms, err := json.Marshal(mem.mm.State().GetMachineState())
+		if err != nil {
+			ans.Error = fmt.Sprintf("memory state: %v", err)
+			return ans
+		}
+		ans.MemoryState = ms
+		if c.Checkpoint {
+			data, err := os.ReadFile(filepath.Join(dir, memoryCheckpointName))
+			if err != nil {
+				ans.Error = fmt.Sprintf("reading the memory checkpoint: %v", err)
+				return ans
+			}
+			ans.MemoryCheckpoint = string(data)
+		}
 	}
 	return ans
 }
@@ -476,6 +697,8 @@ func writeLegacy(version string) error {
 func main() {
 	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
 	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
+	stateDir := flag.String("state-dir", "", "where the per-case checkpoint directories go (default: the system temp dir; "+
+		"a tmpfs such as /dev/shm avoids the checkpoint code's fsync on every state change)")
 	flag.Parse()
 	if *legacy != "" {
 		if err := writeLegacy(*legacy); err != nil {
@@ -490,7 +713,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
 		os.Exit(2)
 	}
-	tmp, err := os.MkdirTemp("", "kubelet-oracle-")
+	tmp, err := os.MkdirTemp(*stateDir, "kubelet-oracle-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: temp dir: %v\n", err)
 		os.Exit(2)
@@ -514,7 +737,15 @@ func main() {
 			os.Exit(2)
 		}
 		done := make(chan answerJSON, 1)
-		go func() { done <- run(&c, dir) }()
+		go func() {
+			// A panic in the kubelet's code is an answer too (the kubelet would crash).
+			defer func() {
+				if r := recover(); r != nil {
+					done <- answerJSON{ID: c.ID, Panic: fmt.Sprint(r)}
+				}
+			}()
+			done <- run(&c, dir)
+		}()
 		select {
 		case ans := <-done:
 			_ = enc.Encode(ans)

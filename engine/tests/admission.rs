@@ -261,8 +261,12 @@ fn devices_and_memory_steer_the_hint() {
         id: "nic0".into(),
         numa_nodes: vec![1],
     }];
+    // The kubelet's Static policy needs some reserved regular memory: 1 MiB on node 0.
     cfg.memory = MemoryManagerConfig::Static {
-        reserved: ReservedMemory::new(),
+        reserved: ReservedMemory::from([(
+            0,
+            BTreeMap::from([(memory::MemoryResource::Memory, 1 << 20)]),
+        )]),
     };
     let mut a = NodeAdmitter::new(t, &cfg).unwrap();
     let r = a.admit(&pod(

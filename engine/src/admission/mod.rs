@@ -12,16 +12,17 @@
 //! - scope `pod`: one merge over the providers' pod-level hints, then every container is
 //!   allocated under that hint.
 //!
-//! Guarantees: a rejected pod keeps nothing (the CPU, memory and device state are exactly
-//! what they were before the pod); results depend only on the inputs and the order of
-//! calls. Both the offline `plan` and the agent's daemon drive admission through this type
+//! Guarantees: a rejected pod keeps nothing (the CPU and device state are exactly what they
+//! were before the pod; the memory it took goes back as the kubelet's stale-state cleanup
+//! gives it back, see [`MemoryManager::release_rejected`]); results depend only on the
+//! inputs and the order of calls. Both the offline `plan` and the agent's daemon drive admission through this type
 //! only.
 //!
 //! Caveats: the kubelet's resource-fit predicates (node allocatable) are not modelled; a
 //! failed exclusive allocation reports what the kubelet's admission reports: `SMTAlignmentError`
 //! for the full-pcpus-only errors, `UnexpectedAdmissionError` ("Allocate failed due to ...,
 //! which is unexpected") for any other CPU failure; Memory Manager and device failures
-//! `UnexpectedAdmissionError`.
+//! `UnexpectedAdmissionError` with the same "Allocate failed due to ..." wrapping.
 
 use std::collections::BTreeMap;
 
@@ -199,7 +200,9 @@ impl NodeAdmitter {
         let memory = match memory {
             MemoryManagerConfig::None => None,
             MemoryManagerConfig::Static { reserved } => {
-                Some(MemoryManager::new(&topology, reserved)?)
+                let manager = MemoryManager::new(&topology, reserved)?;
+                providers::memory::check_system_reserved(reserved)?;
+                Some(manager)
             }
         };
         let numa_ids: Vec<usize> = topology.numa_nodes().iter().map(|n| n.id).collect();
@@ -224,6 +227,16 @@ impl NodeAdmitter {
     /// The CPU manager's state (for checkpoints).
     pub fn cpu_state(&self) -> &CpuState {
         &self.state
+    }
+
+    /// The Memory Manager's state, when its policy is Static.
+    pub fn memory(&self) -> Option<&MemoryManager> {
+        self.memory.as_ref()
+    }
+
+    /// The device manager's state.
+    pub fn devices(&self) -> &DeviceManager {
+        &self.devices
     }
 
     /// Replaces the CPU state (from a checkpoint). Pods admitted before are forgotten; the
@@ -298,7 +311,7 @@ impl NodeAdmitter {
                     }
                 }
                 if let (Some(m), Some(snap)) = (&mut self.memory, saved_memory) {
-                    m.rollback(&pod.uid, snap);
+                    m.release_rejected(&pod.uid, snap);
                 }
                 self.devices.rollback(&pod.uid, saved_devices);
                 if let Some(p) = &self.cpu {
@@ -429,7 +442,9 @@ impl NodeAdmitter {
         Ok(result.hint)
     }
 
-    /// Every provider's `Allocate` for one container, CPU first, then memory, then devices.
+    /// Every provider's `Allocate` for one container in the kubelet's registration order
+    /// (`container_manager_linux.go` adds the device manager, then the CPU manager, then the
+    /// memory manager), so when several fail the rejection names the same one.
     fn allocate(
         &mut self,
         pod: &Pod,
@@ -441,6 +456,9 @@ impl NodeAdmitter {
             reason: reason.to_string(),
             message,
         };
+        self.devices
+            .allocate(pod, c, hint)
+            .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         if let Some(policy) = &self.cpu {
             policy
                 .allocate(&mut self.state, pod, c, hint)
@@ -448,11 +466,8 @@ impl NodeAdmitter {
         }
         if let Some(m) = &mut self.memory {
             m.allocate(pod, c, hint)
-                .map_err(|e| refusal(e.reason(), e.to_string()))?;
+                .map_err(|e| refusal(e.reason(), e.admission_message()))?;
         }
-        self.devices
-            .allocate(pod, c, hint)
-            .map_err(|e| refusal(e.reason(), e.to_string()))?;
         Ok(())
     }
 

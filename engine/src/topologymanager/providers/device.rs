@@ -86,6 +86,13 @@ impl DeviceError {
     pub fn reason(&self) -> &'static str {
         "UnexpectedAdmissionError"
     }
+
+    /// The rejection message the kubelet reports: its admission handler wraps a plain
+    /// error as `Allocate failed due to <error>, which is unexpected`
+    /// (`admission.GetPodAdmitResult`).
+    pub fn admission_message(&self) -> String {
+        format!("Allocate failed due to {self}, which is unexpected")
+    }
 }
 
 /// Devices, their allocations to containers, and the devices the admitting pod's init

@@ -135,6 +135,9 @@ pub enum MemoryError {
         /// What the node has.
         total: u64,
     },
+    /// The Static policy without any reserved regular memory (kubelet `NewPolicyStatic`).
+    #[error("[memorymanager] you should specify the system reserved memory")]
+    NoSystemReserved,
     /// More than 64 NUMA nodes.
     #[error("memory manager: NUMA node id {0} is above 63")]
     NodeIdTooLarge(usize),
@@ -150,6 +153,10 @@ pub enum MemoryError {
     /// The extended hint is not preferred although the merged hint was.
     #[error("[memorymanager] failed to find the extended preferred hint")]
     NoExtendedPreferred,
+    /// The chosen nodes would mix a node used alone (or by another group) into a
+    /// multi-node block (kubelet `isAffinityViolatingNUMAAllocations`).
+    #[error("[memorymanager] preferred hint violates NUMA node allocation")]
+    ViolatesNumaAllocation,
 }
 
 impl MemoryError {
@@ -157,6 +164,13 @@ impl MemoryError {
     /// which the kubelet's admission handler files as `UnexpectedAdmissionError`.
     pub fn reason(&self) -> &'static str {
         "UnexpectedAdmissionError"
+    }
+
+    /// The rejection message the kubelet reports: its admission handler wraps a plain
+    /// error as `Allocate failed due to <error>, which is unexpected`
+    /// (`admission.GetPodAdmitResult`; checked against kubelet v1.37.2 by the oracle).
+    pub fn admission_message(&self) -> String {
+        format!("Allocate failed due to {self}, which is unexpected")
     }
 }
 
@@ -381,6 +395,19 @@ impl MemoryHintSource {
     }
 }
 
+/// The kubelet's `NewPolicyStatic` check: the Static policy needs some regular memory
+/// reserved for the system on at least one node.
+pub fn check_system_reserved(reserved: &ReservedMemory) -> Result<(), MemoryError> {
+    let total = reserved
+        .values()
+        .filter_map(|m| m.get(&MemoryResource::Memory))
+        .fold(0u64, |a, b| a.saturating_add(*b));
+    if total == 0 {
+        return Err(MemoryError::NoSystemReserved);
+    }
+    Ok(())
+}
+
 impl MemoryManager {
     /// The default machine state (kubelet `getDefaultMachineState`) for every NUMA node of
     /// `t`, CPU-less ones included. Every node needs a known memory size.
@@ -593,6 +620,9 @@ impl MemoryManager {
             best = ext;
         }
         let mask = best.affinity.unwrap_or_default();
+        if self.violates_groups(mask) {
+            return Err(MemoryError::ViolatesNumaAllocation);
+        }
         let mut blocks = Vec::new();
         for (r, size) in &request {
             blocks.push(Block {
@@ -609,7 +639,51 @@ impl MemoryManager {
             .or_default()
             .insert(container.name.clone(), blocks.clone());
         self.update_reusable(pod, container, &blocks);
+        self.update_init_blocks(pod, container, &blocks);
         Ok(())
+    }
+
+    /// `updateInitContainersMemoryBlocks`: memory a container reuses from the regular init
+    /// containers before it (same resource, same NUMA nodes) is taken off their blocks, so
+    /// the pod's blocks add up to what it holds and removing the pod gives back exactly
+    /// that. An init block can shrink to size 0.
+    fn update_init_blocks(&mut self, pod: &Pod, container: &Container, blocks: &[Block]) {
+        let Some(per_pod) = self.blocks.get_mut(&pod.uid) else {
+            return;
+        };
+        for b in blocks {
+            let mut left = b.size;
+            for init in &pod.init_containers {
+                if init.name == container.name || left == 0 {
+                    break;
+                }
+                if init.restartable {
+                    continue;
+                }
+                let Some(init_blocks) = per_pod.get_mut(&init.name) else {
+                    continue;
+                };
+                for x in init_blocks.iter_mut() {
+                    if x.size == 0 || x.resource != b.resource || x.affinity != b.affinity {
+                        continue;
+                    }
+                    let used = x.size.min(left);
+                    x.size -= used;
+                    left -= used;
+                }
+            }
+        }
+    }
+
+    /// `isAffinityViolatingNUMAAllocations`: a multi-node `mask` may not include a used node
+    /// that serves single-node blocks or belongs to a different group.
+    fn violates_groups(&self, mask: NumaMask) -> bool {
+        if mask.count() == 1 {
+            return false;
+        }
+        mask.ids()
+            .filter_map(|id| self.nodes.get(&id))
+            .any(|n| n.assignments > 0 && (n.cells.count() == 1 || n.cells != mask))
     }
 
     /// True when `mask`'s free memory holds every requested amount (`isAffinitySatisfyRequest`).
@@ -696,6 +770,27 @@ impl MemoryManager {
             }
         }
         self.reusable = snap.reusable;
+    }
+
+    /// Undoes a rejected admission of `pod_uid` as the kubelet does: its stale-state cleanup
+    /// releases the pod's new blocks through `RemoveContainer`, so the memory goes back to
+    /// the nodes of each block's group in id order, which need not be the nodes it was
+    /// taken from (a group's free/reserved split can move; kubelet v1.37.2, checked by the
+    /// oracle), and the pod's reusable init-container memory stays recorded. A pod that
+    /// held blocks before this admission is restored exactly from `snap`.
+    pub fn release_rejected(&mut self, pod_uid: &str, snap: MemorySnapshot) {
+        if snap.pod_blocks.is_some() {
+            self.rollback(pod_uid, snap);
+            return;
+        }
+        let names: Vec<String> = self
+            .blocks
+            .get(pod_uid)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
+        for n in names {
+            self.remove_container(pod_uid, &n);
+        }
     }
 
     /// Releases a container's blocks (kubelet `RemoveContainer`): memory goes back to the

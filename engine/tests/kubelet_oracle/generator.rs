@@ -1,0 +1,244 @@
+//! Random cases: machines, configurations and pod sequences from a seeded generator.
+
+use std::collections::BTreeMap;
+
+use nodetopo_engine::CpuSet;
+
+use crate::protocol::*;
+
+/// splitmix64: small, seedable, good enough for case generation.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub(crate) fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Which machines the generator makes: `Uniform` (every core the same thread count, one
+/// uncore cache per NUMA node) or `Any` (also mixed SMT and uneven uncore caches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Machines {
+    Uniform,
+    Any,
+}
+
+pub(crate) fn gen_machine(r: &mut Rng, kinds: Machines) -> MachineJson {
+    let uniform = r.chance(50) || kinds == Machines::Uniform;
+    let sockets = r.range(1, 4);
+    // Machines above 8 NUMA nodes are where the kubelet's merge gets slow (and hangs):
+    // one case in ten may have up to 16.
+    let node_cap = if r.chance(10) { 16 } else { 8 };
+    let max_numa_per_socket = (node_cap / sockets).clamp(1, 4);
+    let numa_per_socket = r.range(1, max_numa_per_socket);
+    let nodes = sockets * numa_per_socket;
+    let budget = 512 / nodes;
+    let smt_max = if r.chance(70) { 2 } else { 1 };
+    let cores_per_node = r.range(1, (budget / smt_max).clamp(1, 24));
+    let sparse = r.chance(25);
+    let numa_id = |i: usize| {
+        if sparse {
+            i * 2 + usize::from(i % 3 == 1)
+        } else {
+            i
+        }
+    };
+    // (socket, numa, core index within node, threads)
+    let mut cores = Vec::new();
+    let mut uncore_next = 0;
+    for s in 0..sockets {
+        for n in 0..numa_per_socket {
+            let node = s * numa_per_socket + n;
+            let caches = if uniform { 1 } else { r.range(1, 3) };
+            let first_uncore = uncore_next;
+            uncore_next += caches;
+            for c in 0..cores_per_node {
+                let threads = if smt_max == 2 && (uniform || r.chance(70)) {
+                    2
+                } else {
+                    1
+                };
+                // Uneven caches: cores land in a random cache of their node.
+                let uncore = if uniform {
+                    first_uncore
+                } else {
+                    first_uncore + (c * caches / cores_per_node.max(1)).min(caches - 1)
+                };
+                cores.push((s, numa_id(node), uncore, threads));
+            }
+        }
+    }
+    // Kernel-like numbering: first threads of every core, then the second threads.
+    let mut cpus = Vec::new();
+    let mut id = 0;
+    let mut first_ids = Vec::new();
+    for &(s, n, u, _) in &cores {
+        first_ids.push(id);
+        cpus.push([id, id, s, n, u]);
+        id += 1;
+    }
+    for (i, &(s, n, u, t)) in cores.iter().enumerate() {
+        if t == 2 {
+            cpus.push([id, first_ids[i], s, n, u]);
+            id += 1;
+        }
+    }
+    let ids: Vec<usize> = (0..nodes).map(numa_id).collect();
+    let max_id = ids.iter().copied().max().unwrap_or(0);
+    let mut dist = vec![vec![0u64; max_id + 1]; max_id + 1];
+    for (a, &ia) in ids.iter().enumerate() {
+        for (b, &ib) in ids.iter().enumerate() {
+            if a == b {
+                dist[ia][ib] = 10;
+            } else if b > a {
+                let same_socket = a / numa_per_socket == b / numa_per_socket;
+                let d = if same_socket {
+                    [11, 12, 16][r.range(0, 2)]
+                } else {
+                    [20, 21, 32][r.range(0, 2)]
+                };
+                dist[ia][ib] = d;
+                dist[ib][ia] = d;
+            }
+        }
+    }
+    let numa = ids
+        .iter()
+        .map(|&i| NumaJson {
+            id: i,
+            distances: dist[i].clone(),
+            memory: 0,
+            hugepages: Vec::new(),
+        })
+        .collect();
+    MachineJson { cpus, numa }
+}
+
+pub(crate) const CPU_OPTIONS: [&str; 6] = [
+    "full-pcpus-only",
+    "distribute-cpus-across-numa",
+    "align-by-socket",
+    "distribute-cpus-across-cores",
+    "strict-cpu-reservation",
+    "prefer-align-cpus-by-uncorecache",
+];
+
+pub(crate) fn gen_container(r: &mut Rng, name: String, restartable: bool) -> ContainerJson {
+    let millis = match r.range(0, 9) {
+        0 => r.range(1, 19) * 100,
+        1..=6 => 1000 * r.range(1, 4),
+        7 | 8 => 1000 * r.range(5, 16),
+        _ => 1000 * r.range(17, 64),
+    };
+    let cpu = format!("{millis}m");
+    let memory = "1Gi".to_string();
+    let guaranteed = !r.chance(8);
+    ContainerJson {
+        name,
+        requests: ResJson {
+            cpu: cpu.clone(),
+            memory: memory.clone(),
+            ..ResJson::default()
+        },
+        limits: if guaranteed {
+            ResJson {
+                cpu,
+                memory,
+                ..ResJson::default()
+            }
+        } else {
+            ResJson::default()
+        },
+        restartable,
+    }
+}
+
+pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
+    let machine = gen_machine(r, kinds);
+    let ncpus = machine.cpus.len();
+    let mut cpu_options = BTreeMap::new();
+    for o in CPU_OPTIONS {
+        if r.chance(22) {
+            cpu_options.insert(o.to_string(), "true".to_string());
+        }
+    }
+    let (reserved_cpus, num_reserved) = if r.chance(30) {
+        let n = r.range(1, 4.min(ncpus));
+        let mut set = std::collections::BTreeSet::new();
+        while set.len() < n {
+            set.insert(r.range(0, ncpus - 1));
+        }
+        let s: CpuSet = set.into_iter().collect();
+        (s.to_string(), n)
+    } else {
+        (String::new(), r.range(1, 4.min(ncpus)))
+    };
+    let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
+    let tm_scope = if r.chance(50) { "container" } else { "pod" };
+    let mut tm_options = BTreeMap::new();
+    if r.chance(40) {
+        tm_options.insert("prefer-closest-numa-nodes".into(), "true".into());
+    }
+    if machine.numa.len() > 8 || r.chance(10) {
+        let v = if r.chance(85) { 16 } else { 8 };
+        tm_options.insert("max-allowable-numa-nodes".into(), v.to_string());
+    }
+    let mut ops = Vec::new();
+    let mut live: Vec<String> = Vec::new();
+    let pods = r.range(1, 8);
+    for p in 0..pods {
+        if !live.is_empty() && r.chance(20) {
+            let i = r.range(0, live.len() - 1);
+            let uid = live.remove(i);
+            ops.push(OpJson {
+                op: "remove".into(),
+                pod: None,
+                uid,
+            });
+        }
+        let uid = format!("pod-{p}");
+        let mut init = Vec::new();
+        for i in 0..r.range(0, 2) {
+            let restartable = r.chance(40);
+            init.push(gen_container(r, format!("init{i}"), restartable));
+        }
+        let containers = (0..r.range(1, 3))
+            .map(|i| gen_container(r, format!("app{i}"), false))
+            .collect();
+        ops.push(OpJson {
+            op: "admit".into(),
+            pod: Some(PodJson {
+                uid: uid.clone(),
+                name: format!("p{p}"),
+                init,
+                containers,
+            }),
+            uid: String::new(),
+        });
+        live.push(uid);
+    }
+    CaseJson {
+        id,
+        machine,
+        cpu_options,
+        reserved_cpus,
+        num_reserved,
+        tm_policy: tm_policy.into(),
+        tm_scope: tm_scope.into(),
+        tm_options,
+        ops,
+        memory: None,
+        checkpoint: false,
+    }
+}
