@@ -18,12 +18,12 @@ use nodetopo_engine::admission::{
 };
 use nodetopo_engine::cpumanager::options::OPTION_NAMES;
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
+use nodetopo_engine::devicemanager::{DeviceSpec, MAX_DEVICES};
+use nodetopo_engine::memorymanager::{MemoryResource, ReservedMemory};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
 use nodetopo_engine::topologymanager::options::{
     MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
 };
-use nodetopo_engine::topologymanager::providers::device::{DeviceSpec, MAX_DEVICES};
-use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod};
 
