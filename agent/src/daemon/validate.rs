@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
@@ -45,11 +46,11 @@ impl Invariant {
     /// The PascalCase condition reason for a checkpoint that breaks this invariant.
     pub fn checkpoint_reason(self) -> &'static str {
         match self {
-            Self::WellFormed => "CheckpointMalformedSet",
-            Self::OnMachine => "CheckpointCpuNotOnMachine",
-            Self::Exclusive => "CheckpointCpuOverlap",
-            Self::RecordsMatchEntries => "CheckpointRecordsMismatch",
-            Self::ReservedInShared => "CheckpointInconsistent",
+            Self::WellFormed => reason::CHECKPOINT_MALFORMED_SET,
+            Self::OnMachine => reason::CHECKPOINT_CPU_NOT_ON_MACHINE,
+            Self::Exclusive => reason::CHECKPOINT_CPU_OVERLAP,
+            Self::RecordsMatchEntries => reason::CHECKPOINT_RECORDS_MISMATCH,
+            Self::ReservedInShared => reason::CHECKPOINT_INCONSISTENT,
         }
     }
 
