@@ -12,6 +12,7 @@ pub mod cpuset;
 pub mod devicemanager;
 pub mod files;
 pub mod memorymanager;
+pub mod options;
 pub mod pod;
 pub mod presets;
 pub mod quantity;
