@@ -230,7 +230,7 @@ pub fn kubelet_state(
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
-/// The read is bounded ([`KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// The read is bounded ([`super::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
 /// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
 /// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
@@ -243,10 +243,6 @@ pub fn read_kubelet_state(
     }
     Ok(state)
 }
-
-/// The largest kubelet CPU manager state read (the kubelet's own for a node of a few hundred
-/// pods is a few kilobytes).
-pub const KUBELET_STATE_MAX_BYTES: u64 = 4 << 20;
 
 #[cfg(test)]
 mod tests {
