@@ -162,8 +162,8 @@ pub struct NodeTopologySummary {
     pub exclusive_cpus: i32,
     /// Containers holding exclusive CPUs.
     pub containers: i32,
-    /// Of those, containers whose CPUs lie inside one NUMA node (`aligned.numaNode`; the
-    /// `NUMA-Aligned` printer column, and plan's "in one NUMA node" count).
+    /// Of those, containers whose CPUs lie inside one NUMA node and on whole physical cores
+    /// (`aligned.numaNode` and `aligned.physicalCPU`; the `NUMA-Aligned` printer column).
     pub aligned_containers: i32,
     /// Rejected container admissions.
     pub rejections: i32,
