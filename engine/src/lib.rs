@@ -5,6 +5,8 @@
 //! topology manager's hint merge. No Kubernetes objects, no clock, no I/O besides reading a
 //! sysfs tree (and [`files`], the bounded reader every input file goes through).
 
+#![warn(missing_docs)]
+
 pub mod admission;
 pub mod conformance;
 pub mod cpumanager;
