@@ -331,6 +331,34 @@ where
     }
 }
 
+/// The policy's `Conflict` condition: some matched nodes are governed by another policy.
+fn conflict_condition(t: &Tally) -> ConditionSpec {
+    if t.overridden > 0 {
+        let why = if t.tied {
+            reason::TIED_PRIORITY
+        } else {
+            reason::OVERRIDDEN
+        };
+        let how = if t.tied {
+            "a policy of equal priority and an earlier name (or higher priority)"
+        } else {
+            "a policy of higher priority"
+        };
+        ConditionSpec::new(
+            conditions::CONFLICT,
+            true,
+            why,
+            format!(
+                "{} matched node(s) are governed by {how}: {}",
+                t.overridden,
+                named(&t.winners_over_me)
+            ),
+        )
+    } else {
+        ConditionSpec::new(conditions::CONFLICT, false, reason::NO_CONFLICT, "")
+    }
+}
+
 fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicyStatus {
     let generation = p.policy.metadata.generation;
     let mut conds = p
@@ -406,30 +434,7 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
             ConditionSpec::new(conditions::INVALID, false, reason::VALID, ""),
         )
     };
-    let conflict = if t.overridden > 0 {
-        let why = if t.tied {
-            reason::TIED_PRIORITY
-        } else {
-            reason::OVERRIDDEN
-        };
-        let how = if t.tied {
-            "a policy of equal priority and an earlier name (or higher priority)"
-        } else {
-            "a policy of higher priority"
-        };
-        ConditionSpec::new(
-            conditions::CONFLICT,
-            true,
-            why,
-            format!(
-                "{} matched node(s) are governed by {how}: {}",
-                t.overridden,
-                named(&t.winners_over_me)
-            ),
-        )
-    } else {
-        ConditionSpec::new(conditions::CONFLICT, false, reason::NO_CONFLICT, "")
-    };
+    let conflict = conflict_condition(&t);
     for c in [&ready, &conflict, &invalid] {
         conditions::upsert(&mut conds, c, generation, now);
     }
