@@ -18,6 +18,7 @@ pub mod kube;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
+pub mod restore;
 pub mod state_dir;
 pub mod validate;
 

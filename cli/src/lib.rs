@@ -5,6 +5,8 @@
 //! The binaries `nodetopo` and `kubectl-nodetopo` (the kubectl plugin name) run [`main`];
 //! the agent binary offers the same subcommands by flattening [`Command`] into its own.
 
+#![warn(missing_docs)]
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -16,14 +16,13 @@ use anyhow::{bail, Context};
 use nodetopo_engine::admission::{
     CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, Pools,
 };
-use nodetopo_engine::cpumanager::options::OPTION_NAMES;
+use nodetopo_engine::cpumanager::options::CPU_OPTION_TABLE;
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
+use nodetopo_engine::devicemanager::{DeviceSpec, MAX_DEVICES};
+use nodetopo_engine::memorymanager::{MemoryResource, ReservedMemory};
+use nodetopo_engine::options::{OptionKind, OptionTable};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
-use nodetopo_engine::topologymanager::options::{
-    MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
-};
-use nodetopo_engine::topologymanager::providers::device::{DeviceSpec, MAX_DEVICES};
-use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
+use nodetopo_engine::topologymanager::options::TM_OPTION_TABLE;
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology, Pod};
 
@@ -401,29 +400,6 @@ fn key_values(flag: &str, items: &[String]) -> anyhow::Result<BTreeMap<String, S
     Ok(out)
 }
 
-/// The kind of value an option takes.
-#[derive(Clone, Copy)]
-enum OptionValue {
-    Bool,
-    Count,
-}
-
-/// The CPU manager options `--option` knows.
-const CPU_OPTIONS: [(&str, OptionValue); 6] = [
-    (OPTION_NAMES[0], OptionValue::Bool),
-    (OPTION_NAMES[1], OptionValue::Bool),
-    (OPTION_NAMES[2], OptionValue::Bool),
-    (OPTION_NAMES[3], OptionValue::Bool),
-    (OPTION_NAMES[4], OptionValue::Bool),
-    (OPTION_NAMES[5], OptionValue::Bool),
-];
-
-/// The topology-manager options `--topology-manager-option` knows.
-const TM_OPTIONS: [(&str, OptionValue); 2] = [
-    (PREFER_CLOSEST_NUMA_NODES, OptionValue::Bool),
-    (MAX_ALLOWABLE_NUMA_NODES, OptionValue::Count),
-];
-
 /// The booleans the kubelet accepts (Go's `strconv.ParseBool`).
 pub const KUBELET_BOOLS: [&str; 12] = [
     "true", "false", "1", "0", "t", "f", "T", "F", "TRUE", "FALSE", "True", "False",
@@ -431,25 +407,20 @@ pub const KUBELET_BOOLS: [&str; 12] = [
 
 /// Checks an option's name and value before the engine sees it, so the message can list
 /// what is valid (the engine's own messages are the kubelet's, word for word).
-fn check_option(
-    flag: &str,
-    name: &str,
-    value: &str,
-    known: &[(&str, OptionValue)],
-) -> anyhow::Result<()> {
-    let Some((_, kind)) = known.iter().find(|(n, _)| *n == name) else {
-        let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+fn check_option(flag: &str, name: &str, value: &str, known: &OptionTable) -> anyhow::Result<()> {
+    let Some(option) = known.get(name) else {
+        let names: Vec<&str> = known.options.iter().map(|o| o.name).collect();
         bail!(
             "{flag} {name}={value}: unknown option {name:?}; known options: {}",
             names.join(", ")
         );
     };
-    match kind {
-        OptionValue::Bool if !KUBELET_BOOLS.contains(&value) => bail!(
+    match option.kind {
+        OptionKind::Bool if !KUBELET_BOOLS.contains(&value) => bail!(
             "{flag} {name}={value}: {value:?} is not a boolean; the kubelet accepts {}",
             KUBELET_BOOLS.join(", ")
         ),
-        OptionValue::Count if value.parse::<usize>().is_err() => {
+        OptionKind::Count { .. } if value.parse::<usize>().is_err() => {
             bail!("{flag} {name}={value}: {value:?} is not a whole number (e.g. {name}=16)")
         }
         _ => Ok(()),
@@ -466,14 +437,14 @@ fn variants(
 ) -> anyhow::Result<Vec<Variant>> {
     let user_options = key_values("--option", &args.cpu.options)?;
     for (k, v) in &user_options {
-        check_option("--option", k, v, &CPU_OPTIONS)?;
+        check_option("--option", k, v, &CPU_OPTION_TABLE)?;
     }
     let mut tm_map = key_values(
         "--topology-manager-option",
         &args.managers.topology_manager_options,
     )?;
     for (k, v) in &tm_map {
-        check_option("--topology-manager-option", k, v, &TM_OPTIONS)?;
+        check_option("--topology-manager-option", k, v, &TM_OPTION_TABLE)?;
     }
     let tm_policy: TmPolicy = match &args.managers.topology_manager_policy {
         Some(p) => value_name(p).parse().context("--topology-manager-policy")?,

@@ -1,5 +1,8 @@
-//! Condition types and reasons of both kinds, and the one helper that writes a condition the
-//! Kubernetes way: `lastTransitionTime` moves only when the status flips. Time is an input.
+//! Every condition type and reason of both kinds, and the one helper that writes a condition
+//! the Kubernetes way: `lastTransitionTime` moves only when the status flips. Time is an input.
+//!
+//! Types are the constants at the top; reasons live in [`reason`], grouped by the condition
+//! they explain. Agent, operator and tests name conditions only through this module.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -12,6 +15,121 @@ pub const CONFLICT: &str = "Conflict";
 pub const INVALID: &str = "Invalid";
 /// NodeTopology: the kubelet's CPU manager checkpoint agrees with the agent's assignments.
 pub const KUBELET_AGREEMENT: &str = "KubeletAgreement";
+/// NodeTopology: the agent's checkpoint was restored (or there was none); False when it was
+/// rejected and the state rebuilt from pods.
+pub const CHECKPOINT_RESTORED: &str = "CheckpointRestored";
+/// NodeTopology: every allocation was made under the current spec; False lists the pods
+/// still running under an older one.
+pub const POLICY_CURRENT: &str = "PolicyCurrent";
+/// NodeTopology: False when some pod files / objects could not be read.
+pub const PODS_READABLE: &str = "PodsReadable";
+/// NodeTopology: whether the node runs the spec's kubelet configuration (actuation; reasons
+/// in [`reason`]: `NoChange`, `RestartOnly`, `StateRewritten`, `WaitingForEviction`,
+/// `DrainRequired`, `ObserveOnly`, `Failed`).
+pub const APPLIED: &str = "Applied";
+/// NodeResourcePolicy: a rollout is under way.
+pub const PROGRESSING: &str = "Progressing";
+
+/// Condition reasons (PascalCase), grouped by the condition they explain.
+pub mod reason {
+    // Ready (NodeResourcePolicy).
+    /// Ready False, Invalid True: the policy's spec is invalid.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Ready False, Invalid True: some governed nodes cannot apply the configuration.
+    pub const INVALID_ON_NODES: &str = "InvalidOnNodes";
+    /// Ready True: the policy governs no node.
+    pub const NO_GOVERNED_NODES: &str = "NoGovernedNodes";
+    /// Ready False: some governed nodes have not applied the configuration yet.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Ready True: every governed node applied the configuration.
+    pub const APPLIED: &str = "Applied";
+
+    // Ready (NodeTopology).
+    /// Ready False: the operator has not written the spec yet.
+    pub const WAITING_FOR_SPEC: &str = "WaitingForSpec";
+    /// Ready False: the pod list has not been read yet.
+    pub const WAITING_FOR_PODS: &str = "WaitingForPods";
+    /// Ready True: the previous configuration runs; the new spec does not apply.
+    pub const PREVIOUS_CONFIG: &str = "PreviousConfig";
+    /// Ready True: pods are admitted under the current spec.
+    pub const ADMITTING: &str = "Admitting";
+
+    // Invalid.
+    /// Invalid True (NodeTopology), Ready False: the spec cannot apply on this node.
+    pub const INVALID_CONFIG: &str = "InvalidConfig";
+    /// Invalid False.
+    pub const VALID: &str = "Valid";
+
+    // Conflict.
+    /// Conflict True: a policy of higher priority governs some matched nodes.
+    pub const OVERRIDDEN: &str = "Overridden";
+    /// Conflict True: a policy of equal priority and an earlier name governs some nodes.
+    pub const TIED_PRIORITY: &str = "TiedPriority";
+    /// Conflict False.
+    pub const NO_CONFLICT: &str = "NoConflict";
+
+    // CheckpointRestored.
+    /// CheckpointRestored True.
+    pub const RESTORED: &str = "Restored";
+    /// CheckpointRestored False: the file could not be read.
+    pub const CHECKPOINT_UNREADABLE: &str = "CheckpointUnreadable";
+    /// CheckpointRestored False: the file is not a checkpoint.
+    pub const CHECKPOINT_CORRUPT: &str = "CheckpointCorrupt";
+    /// CheckpointRestored False: the file was written by another format version.
+    pub const CHECKPOINT_VERSION_MISMATCH: &str = "CheckpointVersionMismatch";
+    /// CheckpointRestored False: the checksum does not match the payload.
+    pub const CHECKPOINT_CHECKSUM_MISMATCH: &str = "CheckpointChecksumMismatch";
+    /// CheckpointRestored False: a CPU set is not well formed.
+    pub const CHECKPOINT_MALFORMED_SET: &str = "CheckpointMalformedSet";
+    /// CheckpointRestored False: a CPU is not on this machine.
+    pub const CHECKPOINT_CPU_NOT_ON_MACHINE: &str = "CheckpointCpuNotOnMachine";
+    /// CheckpointRestored False: a CPU is in two places.
+    pub const CHECKPOINT_CPU_OVERLAP: &str = "CheckpointCpuOverlap";
+    /// CheckpointRestored False: the allocation records do not match the entries.
+    pub const CHECKPOINT_RECORDS_MISMATCH: &str = "CheckpointRecordsMismatch";
+    /// CheckpointRestored False: the reserved CPUs are not in the shared pool.
+    pub const CHECKPOINT_INCONSISTENT: &str = "CheckpointInconsistent";
+
+    // PolicyCurrent.
+    /// PolicyCurrent True.
+    pub const ALL_CURRENT: &str = "AllCurrent";
+    /// PolicyCurrent False.
+    pub const PODS_UNDER_OLD_POLICY: &str = "PodsUnderOldPolicy";
+
+    // PodsReadable.
+    /// PodsReadable True.
+    pub const ALL_READ: &str = "AllRead";
+    /// PodsReadable False.
+    pub const PODS_SKIPPED: &str = "PodsSkipped";
+
+    // KubeletAgreement.
+    /// KubeletAgreement True.
+    pub const AGREE: &str = "Agree";
+    /// KubeletAgreement False: the assignments differ.
+    pub const DISAGREE: &str = "Disagree";
+    /// KubeletAgreement False: the kubelet's state could not be read.
+    pub const KUBELET_STATE_UNREADABLE: &str = "KubeletStateUnreadable";
+    /// KubeletAgreement False: there is no kubelet state to compare with.
+    pub const NO_KUBELET_STATE: &str = "NoKubeletState";
+    /// KubeletAgreement False: the kubelet's checkpoint fails its checksum.
+    pub const KUBELET_STATE_CHECKSUM_MISMATCH: &str = "KubeletStateChecksumMismatch";
+
+    // Applied (NodeTopology, actuation).
+    /// Applied True: the kubelet already runs the configuration.
+    pub const NO_CHANGE: &str = "NoChange";
+    /// Applied: a kubelet restart alone applies the change.
+    pub const RESTART_ONLY: &str = "RestartOnly";
+    /// Applied: the kubelet's state files were rewritten.
+    pub const STATE_REWRITTEN: &str = "StateRewritten";
+    /// Applied False: pods must be evicted first.
+    pub const WAITING_FOR_EVICTION: &str = "WaitingForEviction";
+    /// Applied False: the node must be drained.
+    pub const DRAIN_REQUIRED: &str = "DrainRequired";
+    /// Applied False: the policy's rollout mode is Observe.
+    pub const OBSERVE_ONLY: &str = "ObserveOnly";
+    /// Applied False: the change failed.
+    pub const FAILED: &str = "Failed";
+}
 
 /// Condition status "True".
 pub const TRUE: &str = "True";

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +102,17 @@ impl fmt::Display for TopologyManagerPolicy {
     }
 }
 
+impl From<TopologyManagerPolicy> for TmPolicy {
+    fn from(p: TopologyManagerPolicy) -> Self {
+        match p {
+            TopologyManagerPolicy::None => TmPolicy::None,
+            TopologyManagerPolicy::BestEffort => TmPolicy::BestEffort,
+            TopologyManagerPolicy::Restricted => TmPolicy::Restricted,
+            TopologyManagerPolicy::SingleNumaNode => TmPolicy::SingleNumaNode,
+        }
+    }
+}
+
 /// The kubelet topology manager scope.
 #[derive(
     Debug,
@@ -139,6 +151,15 @@ impl TopologyManagerScope {
 impl fmt::Display for TopologyManagerScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl From<TopologyManagerScope> for TmScope {
+    fn from(s: TopologyManagerScope) -> Self {
+        match s {
+            TopologyManagerScope::Container => TmScope::Container,
+            TopologyManagerScope::Pod => TmScope::Pod,
+        }
     }
 }
 

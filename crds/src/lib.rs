@@ -11,6 +11,8 @@
 //! messages, to objects that reached them by another way). [`rules`] is the single table
 //! both are built from.
 
+#![warn(missing_docs)]
+
 pub mod conditions;
 pub mod config;
 pub mod generate;

@@ -167,8 +167,8 @@ pub struct NodeTopologySummary {
     /// Containers holding exclusive CPUs.
     #[schemars(transform = rules::int32_schema)]
     pub containers: i32,
-    /// Of those, containers whose CPUs lie inside one NUMA node (`aligned.numaNode`; the
-    /// `NUMA-Aligned` printer column, and plan's "in one NUMA node" count).
+    /// Of those, containers whose CPUs lie inside one NUMA node and on whole physical cores
+    /// (`aligned.numaNode` and `aligned.physicalCPU`; the `NUMA-Aligned` printer column).
     #[schemars(transform = rules::int32_schema)]
     pub aligned_containers: i32,
     /// Rejected container admissions.

@@ -1,6 +1,10 @@
 //! The single table of validation rules, as CEL `x-kubernetes-validations` for the CRD
 //! schema, plus the schema transforms that attach them.
 //!
+//! The option rules (known names, values, incompatible pairs) and the option lists are
+//! generated at compile time from the engine's option tables (see [`cel`]), so a new kubelet
+//! option is one entry there.
+//!
 //! Each [`Rule`] carries the CEL expression and the message the API server prints when it is
 //! false. [`crate::validation`] implements every rule again in Rust and returns exactly the same
 //! message, so a user sees the same words from `kubectl apply`, from the operator's Invalid
@@ -12,8 +16,14 @@
 //! map-literal membership (`k in {...}`) rather than list membership, whose estimated cost grows
 //! with the (unbounded) key length times the list length.
 
+use nodetopo_engine::cpumanager::options::{CPU_OPTIONS, INCOMPATIBLE};
+use nodetopo_engine::topologymanager::options::{
+    MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES, TM_OPTIONS,
+};
 use schemars::Schema;
 use serde_json::{json, Value};
+
+mod cel;
 
 /// One CEL validation rule with its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,45 +34,35 @@ pub struct Rule {
     pub message: &'static str,
 }
 
-/// Static CPU manager option names the kubelet knows (kubelet 1.34, `policy_options.go`).
-pub const CPU_MANAGER_OPTIONS: [&str; 6] = [
-    "align-by-socket",
-    "distribute-cpus-across-cores",
-    "distribute-cpus-across-numa",
-    "full-pcpus-only",
-    "prefer-align-cpus-by-uncorecache",
-    "strict-cpu-reservation",
-];
+/// Static CPU manager option names the kubelet knows, in name order: generated from the
+/// engine's table ([`nodetopo_engine::cpumanager::options::CPU_OPTIONS`]).
+pub const CPU_MANAGER_OPTIONS: [&str; CPU_OPTIONS.len()] = cel::sorted_names(&CPU_OPTIONS);
 
-/// Topology manager option names the kubelet knows.
-pub const TOPOLOGY_MANAGER_OPTIONS: [&str; 2] =
-    ["max-allowable-numa-nodes", "prefer-closest-numa-nodes"];
+/// Topology manager option names the kubelet knows, in name order (from the engine's
+/// [`nodetopo_engine::topologymanager::options::TM_OPTIONS`]).
+pub const TOPOLOGY_MANAGER_OPTIONS: [&str; TM_OPTIONS.len()] = cel::sorted_names(&TM_OPTIONS);
 
-/// The kubelet's lower bound for `max-allowable-numa-nodes` (its default, 8).
-pub const MIN_MAX_ALLOWABLE_NUMA_NODES: u32 = 8;
+/// The kubelet's lower bound for `max-allowable-numa-nodes` (its default, 8), from the
+/// engine's table.
+pub const MIN_MAX_ALLOWABLE_NUMA_NODES: u32 = cel::count_min(&TM_OPTIONS, MAX_ALLOWABLE_NUMA_NODES);
 
 /// Pairs of CPU manager options the kubelet refuses to combine (both "true"), in the order
-/// the kubelet checks them (`NewStaticPolicyOptions`).
-pub const INCOMPATIBLE_CPU_OPTIONS: [(&str, &str); 4] = [
-    ("full-pcpus-only", "distribute-cpus-across-cores"),
-    (
-        "distribute-cpus-across-numa",
-        "distribute-cpus-across-cores",
-    ),
-    (
-        "prefer-align-cpus-by-uncorecache",
-        "distribute-cpus-across-cores",
-    ),
-    (
-        "prefer-align-cpus-by-uncorecache",
-        "distribute-cpus-across-numa",
-    ),
-];
+/// the kubelet checks them (`NewStaticPolicyOptions`): the engine's table.
+pub const INCOMPATIBLE_CPU_OPTIONS: [(&str, &str); INCOMPATIBLE.len()] = INCOMPATIBLE;
+
+// The blanket value rule below ([`CPU_OPTIONS_BOOLEAN`]) holds only while every CPU manager
+// option is a boolean; a counted option fails the build here until it gets its own rule.
+const _: () = assert!(
+    cel::all_bool(&CPU_OPTIONS),
+    "a CPU manager option that is not a boolean needs its own value rule"
+);
+
+const CPU_KNOWN_TEXT: (cel::Text, cel::Text) = cel::known("cpuManager", &CPU_MANAGER_OPTIONS);
 
 /// `cpuManager.options`: names.
 pub const CPU_OPTIONS_KNOWN: Rule = Rule {
-    rule: "self.all(k, k in {'align-by-socket': true, 'distribute-cpus-across-cores': true, 'distribute-cpus-across-numa': true, 'full-pcpus-only': true, 'prefer-align-cpus-by-uncorecache': true, 'strict-cpu-reservation': true})",
-    message: "cpuManager.options: unknown option name; known options are align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, prefer-align-cpus-by-uncorecache, strict-cpu-reservation",
+    rule: cel::text(&CPU_KNOWN_TEXT.0),
+    message: cel::text(&CPU_KNOWN_TEXT.1),
 };
 
 /// `cpuManager.options`: values.
@@ -71,25 +71,25 @@ pub const CPU_OPTIONS_BOOLEAN: Rule = Rule {
     message: "cpuManager.options: every option value must be \"true\" or \"false\"",
 };
 
-/// `cpuManager.options`: the four incompatible pairs, same order as [`INCOMPATIBLE_CPU_OPTIONS`].
-pub const CPU_OPTIONS_INCOMPATIBLE: [Rule; 4] = [
-    Rule {
-        rule: "!('full-pcpus-only' in self && self['full-pcpus-only'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
-        message: "cpuManager.options: full-pcpus-only and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
-    },
-    Rule {
-        rule: "!('distribute-cpus-across-numa' in self && self['distribute-cpus-across-numa'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
-        message: "cpuManager.options: distribute-cpus-across-numa and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
-    },
-    Rule {
-        rule: "!('prefer-align-cpus-by-uncorecache' in self && self['prefer-align-cpus-by-uncorecache'] == 'true' && 'distribute-cpus-across-cores' in self && self['distribute-cpus-across-cores'] == 'true')",
-        message: "cpuManager.options: prefer-align-cpus-by-uncorecache and distribute-cpus-across-cores cannot both be \"true\" (the kubelet rejects the combination)",
-    },
-    Rule {
-        rule: "!('prefer-align-cpus-by-uncorecache' in self && self['prefer-align-cpus-by-uncorecache'] == 'true' && 'distribute-cpus-across-numa' in self && self['distribute-cpus-across-numa'] == 'true')",
-        message: "cpuManager.options: prefer-align-cpus-by-uncorecache and distribute-cpus-across-numa cannot both be \"true\" (the kubelet rejects the combination)",
-    },
-];
+const INCOMPATIBLE_TEXT: &[(cel::Text, cel::Text); INCOMPATIBLE.len()] =
+    &cel::incompatible(&INCOMPATIBLE);
+
+/// `cpuManager.options`: the incompatible pairs, same order as [`INCOMPATIBLE_CPU_OPTIONS`].
+pub const CPU_OPTIONS_INCOMPATIBLE: [Rule; INCOMPATIBLE.len()] = {
+    let mut out = [Rule {
+        rule: "",
+        message: "",
+    }; INCOMPATIBLE.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = Rule {
+            rule: cel::text(&INCOMPATIBLE_TEXT[i].0),
+            message: cel::text(&INCOMPATIBLE_TEXT[i].1),
+        };
+        i += 1;
+    }
+    out
+};
 
 /// The list syntax accepted for `reservedSystemCPUs` (ids of at most 5 digits, so that CEL's
 /// `int()` cannot overflow and the cost stays bounded).
@@ -125,22 +125,31 @@ pub const OPTIONS_NEED_STATIC: Rule = Rule {
     message: "cpuManager.options: options need policy static (the kubelet's none policy accepts no options)",
 };
 
+const TM_KNOWN_TEXT: (cel::Text, cel::Text) =
+    cel::known("topologyManager", &TOPOLOGY_MANAGER_OPTIONS);
+
 /// `topologyManager.options`: names.
 pub const TM_OPTIONS_KNOWN: Rule = Rule {
-    rule: "self.all(k, k in {'max-allowable-numa-nodes': true, 'prefer-closest-numa-nodes': true})",
-    message: "topologyManager.options: unknown option name; known options are max-allowable-numa-nodes, prefer-closest-numa-nodes",
+    rule: cel::text(&TM_KNOWN_TEXT.0),
+    message: cel::text(&TM_KNOWN_TEXT.1),
 };
+
+const TM_PREFER_CLOSEST_TEXT: (cel::Text, cel::Text) =
+    cel::value_rule("topologyManager", &TM_OPTIONS, PREFER_CLOSEST_NUMA_NODES);
 
 /// `topologyManager.options`: `prefer-closest-numa-nodes` is boolean.
 pub const TM_PREFER_CLOSEST_BOOLEAN: Rule = Rule {
-    rule: "!('prefer-closest-numa-nodes' in self) || self['prefer-closest-numa-nodes'] == 'true' || self['prefer-closest-numa-nodes'] == 'false'",
-    message: "topologyManager.options: prefer-closest-numa-nodes must be \"true\" or \"false\"",
+    rule: cel::text(&TM_PREFER_CLOSEST_TEXT.0),
+    message: cel::text(&TM_PREFER_CLOSEST_TEXT.1),
 };
+
+const TM_MAX_NUMA_TEXT: (cel::Text, cel::Text) =
+    cel::value_rule("topologyManager", &TM_OPTIONS, MAX_ALLOWABLE_NUMA_NODES);
 
 /// `topologyManager.options`: `max-allowable-numa-nodes` is a number >= 8.
 pub const TM_MAX_NUMA_NODES: Rule = Rule {
-    rule: "!('max-allowable-numa-nodes' in self) || (self['max-allowable-numa-nodes'].matches('^[0-9]{1,3}$') && int(self['max-allowable-numa-nodes']) >= 8)",
-    message: "topologyManager.options: max-allowable-numa-nodes must be a whole number from 8 (the kubelet's minimum) to 999",
+    rule: cel::text(&TM_MAX_NUMA_TEXT.0),
+    message: cel::text(&TM_MAX_NUMA_TEXT.1),
 };
 
 /// Spec level: align-by-socket with the single-numa-node topology manager policy.

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
-use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, ReservedMemory};
+use nodetopo_engine::memorymanager::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{presets, Container, CpuTopology, Pod, ResourceList};
 

@@ -5,11 +5,16 @@
 //! topology manager's hint merge. No Kubernetes objects, no clock, no I/O besides reading a
 //! sysfs tree (and [`files`], the bounded reader every input file goes through).
 
+#![warn(missing_docs)]
+
 pub mod admission;
 pub mod conformance;
 pub mod cpumanager;
 pub mod cpuset;
+pub mod devicemanager;
 pub mod files;
+pub mod memorymanager;
+pub mod options;
 pub mod pod;
 pub mod presets;
 pub mod quantity;

@@ -4,15 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use nodetopo_engine::admission::cpu_hints::CpuHintSource;
 use nodetopo_engine::admission::{
     CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, PodAdmission,
 };
 use nodetopo_engine::cpumanager::{generate_cpu_topology_hints, ReservedCpus, StaticPolicyOptions};
-use nodetopo_engine::topologymanager::providers::cpu::CpuHintSource;
-use nodetopo_engine::topologymanager::providers::device::{DeviceHints, DeviceManager, DeviceSpec};
-use nodetopo_engine::topologymanager::providers::memory::{
-    self, MemoryHints, MemoryManager, ReservedMemory,
-};
+use nodetopo_engine::devicemanager::{DeviceHints, DeviceManager, DeviceSpec};
+use nodetopo_engine::memorymanager::{self, MemoryHints, MemoryManager, ReservedMemory};
 use nodetopo_engine::topologymanager::{HintSource, NumaMask, TmPolicy, TmScope, TopologyHint};
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
 use proptest::prelude::*;
@@ -436,7 +434,7 @@ proptest! {
             check_overrides(source.as_ref(), machine);
         }
         // The structural emptiness test (no enumeration) agrees with the full list.
-        let request = memory::container_request(&q.containers[0]);
+        let request = memorymanager::container_request(&q.containers[0]);
         let src = mm.hint_source("q", &request);
         prop_assert_eq!(src.is_empty(), src.materialize().is_empty());
         // Devices: some on one node, some on two, some on none.

@@ -65,8 +65,8 @@ impl Context {
         }
     }
 
-    /// Backoff for the n-th consecutive failure: 1s, 2s, 4s ... capped at 5 minutes.
-    fn failed(&self, key: &str) -> Duration {
+    /// Backoff for the n-th consecutive failure of an object ([`retry_delay`]).
+    fn failed(&self, key: &str, transient: bool) -> Duration {
         let n = match self.failures.lock() {
             Ok(mut f) => {
                 let n = f.entry(key.to_string()).or_insert(0);
@@ -75,14 +75,29 @@ impl Context {
             }
             Err(_) => 1,
         };
-        backoff(n)
+        retry_delay(transient, n)
     }
 }
 
-/// Backoff after `n` consecutive failures (n >= 1).
+/// Backoff after `n` consecutive failures (n >= 1): 1s, 2s, 4s ... capped at 5 minutes.
 pub fn backoff(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
+
+/// The retry after the `n`-th consecutive failure: transient errors (conflicts, transport,
+/// server errors) back off exponentially from 1s ([`backoff`]); an invalid or forbidden
+/// object waits [`INVALID_RETRY`] from the first failure, since only an edit (which triggers
+/// a reconcile anyway) or a changed permission can fix it.
+pub fn retry_delay(transient: bool, n: u32) -> Duration {
+    if transient {
+        backoff(n)
+    } else {
+        INVALID_RETRY
+    }
+}
+
+/// How long an object that failed for a non-transient cause waits before a retry.
+pub const INVALID_RETRY: Duration = Duration::from_secs(300);
 
 /// Reconciles one node: apply its NodeTopology spec unless it is already as desired.
 #[instrument(skip_all, fields(node = %node.name_any()))]
@@ -202,7 +217,7 @@ fn error_policy<K: Resource>(
                 category: err.category(),
             })
             .inc();
-        let delay = ctx.failed(&key);
+        let delay = ctx.failed(&key, err.is_transient());
         warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }

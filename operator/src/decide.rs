@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nodetopo_crds::conditions::{self, ConditionSpec};
+use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::validation::{self, ValidationError};
 use nodetopo_crds::{
     NodeProblem, NodeResourcePolicy, NodeResourcePolicyStatus, NodeTopology, NodeTopologySpec,
@@ -331,6 +331,34 @@ where
     }
 }
 
+/// The policy's `Conflict` condition: some matched nodes are governed by another policy.
+fn conflict_condition(t: &Tally) -> ConditionSpec {
+    if t.overridden > 0 {
+        let why = if t.tied {
+            reason::TIED_PRIORITY
+        } else {
+            reason::OVERRIDDEN
+        };
+        let how = if t.tied {
+            "a policy of equal priority and an earlier name (or higher priority)"
+        } else {
+            "a policy of higher priority"
+        };
+        ConditionSpec::new(
+            conditions::CONFLICT,
+            true,
+            why,
+            format!(
+                "{} matched node(s) are governed by {how}: {}",
+                t.overridden,
+                named(&t.winners_over_me)
+            ),
+        )
+    } else {
+        ConditionSpec::new(conditions::CONFLICT, false, reason::NO_CONFLICT, "")
+    }
+}
+
 fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicyStatus {
     let generation = p.policy.metadata.generation;
     let mut conds = p
@@ -346,10 +374,10 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
             ConditionSpec::new(
                 conditions::READY,
                 false,
-                "InvalidSpec",
+                reason::INVALID_SPEC,
                 "the spec is invalid; no node uses this policy",
             ),
-            ConditionSpec::new(conditions::INVALID, true, "InvalidSpec", msg),
+            ConditionSpec::new(conditions::INVALID, true, reason::INVALID_SPEC, msg),
         )
     } else if t.invalid > 0 {
         let list: Vec<String> = t
@@ -361,7 +389,7 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
             ConditionSpec::new(
                 conditions::READY,
                 false,
-                "InvalidOnNodes",
+                reason::INVALID_ON_NODES,
                 format!(
                     "{} of {} governed nodes cannot apply this configuration",
                     t.invalid, t.governed
@@ -370,7 +398,7 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
             ConditionSpec::new(
                 conditions::INVALID,
                 true,
-                "InvalidOnNodes",
+                reason::INVALID_ON_NODES,
                 format!(
                     "the configuration cannot apply on {} node(s): {}",
                     t.invalid,
@@ -383,49 +411,30 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
             ConditionSpec::new(
                 conditions::READY,
                 true,
-                "NoGovernedNodes",
+                reason::NO_GOVERNED_NODES,
                 "no node is governed by this policy",
             )
         } else if pending > 0 {
             ConditionSpec::new(
                 conditions::READY,
                 false,
-                "Progressing",
+                reason::PROGRESSING,
                 format!("{} of {} governed nodes applied", t.applied, t.governed),
             )
         } else {
             ConditionSpec::new(
                 conditions::READY,
                 true,
-                "Applied",
+                reason::APPLIED,
                 format!("all {} governed nodes applied", t.governed),
             )
         };
         (
             ready,
-            ConditionSpec::new(conditions::INVALID, false, "Valid", ""),
+            ConditionSpec::new(conditions::INVALID, false, reason::VALID, ""),
         )
     };
-    let conflict = if t.overridden > 0 {
-        let reason = if t.tied { "TiedPriority" } else { "Overridden" };
-        let how = if t.tied {
-            "a policy of equal priority and an earlier name (or higher priority)"
-        } else {
-            "a policy of higher priority"
-        };
-        ConditionSpec::new(
-            conditions::CONFLICT,
-            true,
-            reason,
-            format!(
-                "{} matched node(s) are governed by {how}: {}",
-                t.overridden,
-                named(&t.winners_over_me)
-            ),
-        )
-    } else {
-        ConditionSpec::new(conditions::CONFLICT, false, "NoConflict", "")
-    };
+    let conflict = conflict_condition(&t);
     for c in [&ready, &conflict, &invalid] {
         conditions::upsert(&mut conds, c, generation, now);
     }
@@ -469,7 +478,7 @@ pub fn events_for(
         };
         let o = conditions::find(old_conds, type_);
         let changed = o.is_none_or(|o| o.status != n.status || o.reason != n.reason);
-        let worth_telling = type_ != conditions::READY || n.reason == "Applied";
+        let worth_telling = type_ != conditions::READY || n.reason == reason::APPLIED;
         if changed && n.status == conditions::TRUE && worth_telling {
             out.push(PolicyEvent {
                 reason: n.reason.clone(),

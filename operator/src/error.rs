@@ -39,4 +39,11 @@ impl Error {
             Error::Missing { .. } => "invalid_object",
         }
     }
+
+    /// Whether retrying the same object can help: false for an object the API server or the
+    /// operator found invalid (it changes only when someone edits it, and the edit triggers
+    /// a reconcile by itself), true for conflicts, transport and server errors.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self.category(), "invalid" | "invalid_object" | "forbidden")
+    }
 }

@@ -18,6 +18,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use nodetopo_crds::conditions::reason;
 use nodetopo_engine::files::{read_bounded, ReadError};
 use nodetopo_engine::report::{AllocationReport, RejectionReport};
 use serde::{Deserialize, Serialize};
@@ -98,10 +99,10 @@ impl CheckpointError {
     /// A PascalCase reason for conditions and events.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::Io { .. } => "CheckpointUnreadable",
-            Self::Corrupt { .. } => "CheckpointCorrupt",
-            Self::ForeignVersion { .. } => "CheckpointVersionMismatch",
-            Self::Checksum { .. } => "CheckpointChecksumMismatch",
+            Self::Io { .. } => reason::CHECKPOINT_UNREADABLE,
+            Self::Corrupt { .. } => reason::CHECKPOINT_CORRUPT,
+            Self::ForeignVersion { .. } => reason::CHECKPOINT_VERSION_MISMATCH,
+            Self::Checksum { .. } => reason::CHECKPOINT_CHECKSUM_MISMATCH,
         }
     }
 }

@@ -1,10 +1,11 @@
-//! The NodeTopology spec (operator's output) into the engine's `NodeConfig`.
+//! The NodeTopology spec (operator's output) into the engine's `NodeConfig`: enums by
+//! conversion (no string round trip), every `NodeConfig` field stated.
 
 use nodetopo_crds::validation::{self, Reservation};
 use nodetopo_crds::{CpuManagerPolicy, NodeTopologySpec};
-use nodetopo_engine::admission::{CpuManagerConfig, NodeConfig};
+use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
-use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
+use nodetopo_engine::topologymanager::TmOptions;
 
 /// Converts a spec; the error names the field and is meant for the `Invalid` condition.
 pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, String> {
@@ -26,24 +27,21 @@ pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, String> {
             CpuManagerConfig::Static { reserved, options }
         }
     };
-    let tm = &spec.topology_manager;
-    let tm_policy: TmPolicy = tm
-        .policy
-        .as_str()
-        .parse()
-        .map_err(|e| format!("spec.topologyManager.policy: {e}"))?;
-    let tm_scope: TmScope = tm
-        .scope
-        .as_str()
-        .parse()
-        .map_err(|e| format!("spec.topologyManager.scope: {e}"))?;
-    let tm_options = TmOptions::from_map(&tm.options)
-        .map_err(|e| format!("spec.topologyManager.options: {e}"))?;
+    let nodetopo_crds::TopologyManagerConfig {
+        policy,
+        scope,
+        options,
+    } = &spec.topology_manager;
+    let tm_options =
+        TmOptions::from_map(options).map_err(|e| format!("spec.topologyManager.options: {e}"))?;
+    // Every field spelled out: a new one fails to compile here until it is handled. The
+    // NodeTopology spec names no devices and no Memory Manager policy.
     Ok(NodeConfig {
         cpu,
-        tm_policy,
-        tm_scope,
+        tm_policy: (*policy).into(),
+        tm_scope: (*scope).into(),
         tm_options,
-        ..Default::default()
+        devices: Vec::new(),
+        memory: MemoryManagerConfig::None,
     })
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodetopo_cli::pods::manifest;
-use nodetopo_crds::conditions::{self, ConditionSpec};
+use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::{
     KubeletAssignment, KubeletObserved, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
     PoolsReport,
@@ -35,15 +35,6 @@ use super::checkpoint::{self, CheckpointData};
 use super::config::node_config;
 use super::kubelet_state::KubeletCpuState;
 use super::validate;
-
-/// Condition type: the checkpoint was restored (or there was none); False when it was
-/// rejected and the state rebuilt from pods.
-pub const CHECKPOINT: &str = "CheckpointRestored";
-/// Condition type: every allocation was made under the current spec; False lists the pods
-/// still running under an older one.
-pub const POLICY_CURRENT: &str = "PolicyCurrent";
-/// Condition type: some pod files / objects could not be read.
-pub const PODS_READABLE: &str = "PodsReadable";
 
 /// A pod as the core tracks it.
 #[derive(Debug, Clone, PartialEq)]
@@ -507,75 +498,116 @@ impl Core {
     /// they flip; `now` stamps the ones that do.
     pub fn status(&self, previous: &[Condition], now: &Time) -> NodeTopologyStatus {
         let mut conds = previous.to_vec();
-        let gen = self.generation;
-        let mut set = |c: ConditionSpec| conditions::upsert(&mut conds, &c, gen, now);
+        for c in self.conditions() {
+            conditions::upsert(&mut conds, &c, self.generation, now);
+        }
+        let (allocations, rejections) = self.published_records();
+        let pools = self.pools();
+        let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
+        NodeTopologyStatus {
+            observed_generation: self.generation,
+            conditions: conds,
+            topology: Some(self.topology_report.clone()),
+            pools: pools.map(|p| PoolsReport {
+                reserved: p.reserved.to_string(),
+                shared: p.shared.to_string(),
+                exclusive: p.exclusive.to_string(),
+                free: p.free.to_string(),
+            }),
+            allocations,
+            rejections,
+            kubelet: self.kubelet_observed(),
+            summary: Some(summary),
+        }
+    }
 
-        let invalid = self.spec_problem.clone().or(self.config_problem.clone());
-        match (&invalid, &self.spec) {
-            (Some(msg), _) => set(ConditionSpec::new(
+    /// Every condition the agent owns, in the order they are written.
+    fn conditions(&self) -> [ConditionSpec; 6] {
+        [
+            self.invalid_condition(),
+            self.ready_condition(),
+            self.checkpoint_condition(),
+            self.policy_current_condition(),
+            self.pods_readable_condition(),
+            self.kubelet_agreement_condition(),
+        ]
+    }
+
+    /// Why the spec does not apply on this node, if it does not.
+    fn invalid_message(&self) -> Option<&String> {
+        self.spec_problem.as_ref().or(self.config_problem.as_ref())
+    }
+
+    fn invalid_condition(&self) -> ConditionSpec {
+        match self.invalid_message() {
+            Some(msg) => ConditionSpec::new(
                 conditions::INVALID,
                 true,
-                "InvalidConfig",
-                msg,
-            )),
-            (None, _) => set(ConditionSpec::new(
+                reason::INVALID_CONFIG,
+                msg.clone(),
+            ),
+            None => ConditionSpec::new(
                 conditions::INVALID,
                 false,
-                "Valid",
+                reason::VALID,
                 "the spec applies on this node",
-            )),
+            ),
         }
-        let ready = match (&self.spec, self.admitter.is_some(), self.synced) {
-            (None, _, _) => ConditionSpec::new(
-                conditions::READY,
+    }
+
+    fn ready_condition(&self) -> ConditionSpec {
+        let (status, why, msg) = match (&self.spec, self.admitter.is_some(), self.synced) {
+            (None, _, _) => (
                 false,
-                "WaitingForSpec",
+                reason::WAITING_FOR_SPEC,
                 "no NodeTopology spec yet (the operator has not created it)",
             ),
-            (_, false, _) => ConditionSpec::new(
-                conditions::READY,
+            (_, false, _) => (
                 false,
-                "InvalidConfig",
+                reason::INVALID_CONFIG,
                 "no usable configuration; publishing topology only",
             ),
-            (_, true, false) => ConditionSpec::new(
-                conditions::READY,
+            (_, true, false) => (
                 false,
-                "WaitingForPods",
+                reason::WAITING_FOR_PODS,
                 "the pod list has not been read yet",
             ),
-            (_, true, true) if invalid.is_some() => ConditionSpec::new(
-                conditions::READY,
+            (_, true, true) if self.invalid_message().is_some() => (
                 true,
-                "PreviousConfig",
+                reason::PREVIOUS_CONFIG,
                 "running the previous configuration; the new spec does not apply",
             ),
-            _ => ConditionSpec::new(
-                conditions::READY,
+            _ => (
                 true,
-                "Admitting",
+                reason::ADMITTING,
                 "pods are admitted under the current spec",
             ),
         };
-        set(ready);
+        ConditionSpec::new(conditions::READY, status, why, msg)
+    }
+
+    fn checkpoint_condition(&self) -> ConditionSpec {
         match &self.checkpoint_problem {
-            Some((reason, msg)) => set(ConditionSpec::new(
-                CHECKPOINT,
+            Some((why, msg)) => ConditionSpec::new(
+                conditions::CHECKPOINT_RESTORED,
                 false,
-                reason.clone(),
+                why.clone(),
                 format!("{msg}; the state was rebuilt from the pods"),
-            )),
-            None => set(ConditionSpec::new(
-                CHECKPOINT,
+            ),
+            None => ConditionSpec::new(
+                conditions::CHECKPOINT_RESTORED,
                 true,
-                "Restored",
+                reason::RESTORED,
                 "checkpoint restored or freshly started",
-            )),
+            ),
         }
+    }
+
+    fn policy_current_condition(&self) -> ConditionSpec {
         let old: Vec<String> = self
             .admitted
             .iter()
-            .filter(|(_, allocs)| allocs.iter().any(|a| a.spec_generation != gen))
+            .filter(|(_, allocs)| allocs.iter().any(|a| a.spec_generation != self.generation))
             .map(|(uid, allocs)| {
                 allocs
                     .first()
@@ -584,74 +616,62 @@ impl Core {
             })
             .collect();
         if old.is_empty() {
-            set(ConditionSpec::new(
-                POLICY_CURRENT,
+            ConditionSpec::new(
+                conditions::POLICY_CURRENT,
                 true,
-                "AllCurrent",
+                reason::ALL_CURRENT,
                 "every allocation follows the current spec",
-            ));
+            )
         } else {
-            set(ConditionSpec::new(
-                POLICY_CURRENT,
+            ConditionSpec::new(
+                conditions::POLICY_CURRENT,
                 false,
-                "PodsUnderOldPolicy",
+                reason::PODS_UNDER_OLD_POLICY,
                 format!(
                     "pods admitted under an older spec keep their CPUs: {}",
                     old.join(", ")
                 ),
-            ));
+            )
         }
+    }
+
+    fn pods_readable_condition(&self) -> ConditionSpec {
         if self.pod_problems.is_empty() {
-            set(ConditionSpec::new(
-                PODS_READABLE,
+            ConditionSpec::new(
+                conditions::PODS_READABLE,
                 true,
-                "AllRead",
+                reason::ALL_READ,
                 "every pod was read",
-            ));
+            )
         } else {
-            set(ConditionSpec::new(
-                PODS_READABLE,
+            ConditionSpec::new(
+                conditions::PODS_READABLE,
                 false,
-                "PodsSkipped",
+                reason::PODS_SKIPPED,
                 self.pod_problems.join("; "),
-            ));
+            )
         }
-        let kubelet = match &self.kubelet {
-            Err(msg) => {
-                set(ConditionSpec::new(
-                    conditions::KUBELET_AGREEMENT,
-                    false,
-                    "KubeletStateUnreadable",
-                    msg.clone(),
-                ));
-                None
-            }
-            Ok(None) => {
-                // Nothing to compare with is not agreement.
-                set(ConditionSpec::new(
-                    conditions::KUBELET_AGREEMENT,
-                    false,
-                    "NoKubeletState",
-                    "no kubelet CPU manager checkpoint to compare with",
-                ));
-                None
-            }
+    }
+
+    fn kubelet_agreement_condition(&self) -> ConditionSpec {
+        let (status, why, msg) = match &self.kubelet {
+            Err(msg) => (false, reason::KUBELET_STATE_UNREADABLE, msg.clone()),
+            // Nothing to compare with is not agreement.
+            Ok(None) => (
+                false,
+                reason::NO_KUBELET_STATE,
+                "no kubelet CPU manager checkpoint to compare with".to_string(),
+            ),
             Ok(Some(k)) => {
                 let diffs = self.kubelet_differences();
                 if let Some(why) = kubelet_checksum_problem(&k.checksum_check) {
-                    set(ConditionSpec::new(
-                        conditions::KUBELET_AGREEMENT,
-                        false,
-                        "KubeletStateChecksumMismatch",
-                        why,
-                    ));
+                    (false, reason::KUBELET_STATE_CHECKSUM_MISMATCH, why)
                 } else if diffs.is_empty() {
-                    set(ConditionSpec::new(
-                        conditions::KUBELET_AGREEMENT,
+                    (
                         true,
-                        "Agree",
-                        "the kubelet's CPU assignments equal nodetopo's",
-                    ));
+                        reason::AGREE,
+                        "the kubelet's CPU assignments equal nodetopo's".to_string(),
+                    )
                 } else {
                     let mut msg =
                         format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
@@ -660,32 +680,36 @@ impl Core {
                             "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
                         ));
                     }
-                    set(ConditionSpec::new(
-                        conditions::KUBELET_AGREEMENT,
-                        false,
-                        "Disagree",
-                        msg,
-                    ));
+                    (false, reason::DISAGREE, msg)
                 }
-                Some(KubeletObserved {
-                    policy_name: k.policy_name.clone(),
-                    default_cpu_set: k.default_cpu_set.to_string(),
-                    assignments: k
-                        .entries
-                        .iter()
-                        .flat_map(|(uid, cs)| {
-                            cs.iter().map(move |(c, s)| KubeletAssignment {
-                                pod_uid: uid.clone(),
-                                container: c.clone(),
-                                cpus: s.to_string(),
-                            })
-                        })
-                        .collect(),
-                })
             }
         };
+        ConditionSpec::new(conditions::KUBELET_AGREEMENT, status, why, msg)
+    }
 
-        // Allocations and rejections in admission order.
+    /// What the kubelet's checkpoint holds, when it could be read.
+    fn kubelet_observed(&self) -> Option<KubeletObserved> {
+        let k = self.kubelet.as_ref().ok()?.as_ref()?;
+        Some(KubeletObserved {
+            policy_name: k.policy_name.clone(),
+            default_cpu_set: k.default_cpu_set.to_string(),
+            assignments: k
+                .entries
+                .iter()
+                .flat_map(|(uid, cs)| {
+                    cs.iter().map(move |(c, s)| KubeletAssignment {
+                        pod_uid: uid.clone(),
+                        container: c.clone(),
+                        cpus: s.to_string(),
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// Allocations and rejections in admission order, with the kubelet's CPUs shown for the
+    /// pods it holds (see [`show_kubelet_assignments`]).
+    fn published_records(&self) -> (Vec<AllocationReport>, Vec<RejectionReport>) {
         let mut order: Vec<(Option<Time>, String)> = self
             .admitted
             .keys()
@@ -706,20 +730,24 @@ impl Core {
         if let Ok(Some(k)) = &self.kubelet {
             show_kubelet_assignments(&mut allocations, k, &self.topology);
         }
-        let pools = self.pools();
-        let exclusive = pools.as_ref().map(|p| p.exclusive.len()).unwrap_or(0);
-        let pools = pools.map(|p| PoolsReport {
-            reserved: p.reserved.to_string(),
-            shared: p.shared.to_string(),
-            exclusive: p.exclusive.to_string(),
-            free: p.free.to_string(),
-        });
+        (allocations, rejections)
+    }
+
+    /// The counts of the status summary. `alignedContainers` counts the published
+    /// allocations that are both NUMA-aligned and on whole physical cores.
+    fn summary(
+        &self,
+        allocations: &[AllocationReport],
+        rejections: usize,
+        pools: Option<&nodetopo_engine::admission::Pools>,
+    ) -> NodeTopologySummary {
+        let exclusive = pools.map(|p| p.exclusive.len()).unwrap_or(0);
         let aligned = allocations
             .iter()
             .filter(|a| a.aligned.numa_node && a.aligned.physical_cpu)
             .count();
         let spec = self.spec.clone().unwrap_or_default();
-        let summary = NodeTopologySummary {
+        NodeTopologySummary {
             cpu_manager_policy: spec.cpu_manager.policy.as_str().to_string(),
             topology_manager_policy: spec.topology_manager.policy.as_str().to_string(),
             cpus: self.topology.cpus().len() as i32,
@@ -728,17 +756,7 @@ impl Core {
             exclusive_cpus: exclusive as i32,
             containers: allocations.len() as i32,
             aligned_containers: aligned as i32,
-            rejections: rejections.len() as i32,
-        };
-        NodeTopologyStatus {
-            observed_generation: gen,
-            conditions: conds,
-            topology: Some(self.topology_report.clone()),
-            pools,
-            allocations,
-            rejections,
-            kubelet,
-            summary: Some(summary),
+            rejections: rejections as i32,
         }
     }
 

@@ -18,8 +18,8 @@ use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
 use super::cycle::{now, Cycle};
-use super::local::load_checkpoint;
 use super::metrics::{self, Metrics};
+use super::restore::load_checkpoint;
 use super::validate;
 use super::Args;
 

@@ -417,13 +417,17 @@ fn parse_v4(data: &str, recorded: u64, outer: &OuterV2) -> Result<KubeletCpuStat
     })
 }
 
+/// The largest kubelet CPU manager state read (the kubelet's own for a node of a few hundred
+/// pods is a few kilobytes).
+pub const KUBELET_STATE_MAX_BYTES: u64 = 4 << 20;
+
 /// Reads the checkpoint. `Ok(None)` when the file does not exist (no kubelet CPU manager
 /// on this node, or not mounted): nothing to compare with, which the caller must not take
 /// for agreement.
 pub fn read(path: &Path) -> Result<Option<KubeletCpuState>, KubeletStateError> {
     // Bounded, regular files only: a FIFO or /dev/zero in its place is an error, not a hang.
     use nodetopo_engine::files::{read_text_bounded, ReadError};
-    match read_text_bounded(path, super::validate::KUBELET_STATE_MAX_BYTES) {
+    match read_text_bounded(path, KUBELET_STATE_MAX_BYTES) {
         Ok(text) => parse(path, &text).map(Some),
         Err(ReadError::NotFound) => Ok(None),
         Err(ReadError::Io(source)) => Err(KubeletStateError::Io {

@@ -14,12 +14,12 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use nodetopo_cli::pods::pods_from_yaml;
 use nodetopo_crds::NodeTopology;
-use nodetopo_engine::CpuTopology;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, unix_now, Cycle};
+use super::cycle::{now, Cycle};
 use super::metrics::{self, Metrics};
+use super::restore;
 use super::validate;
 use super::Args;
 use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
@@ -251,37 +251,6 @@ impl SpecFile {
     }
 }
 
-/// Loads the checkpoint at start and validates it against this machine; a rejected file
-/// (unreadable, corrupt, or breaking an invariant) is moved aside, logged with its name, and
-/// reported. Leftover temp files of earlier runs killed mid-write are removed first.
-pub fn load_checkpoint(
-    path: &Path,
-    topology: &CpuTopology,
-) -> (Option<checkpoint::CheckpointData>, Option<(String, String)>) {
-    for stale in checkpoint::remove_stale_temp_files(path) {
-        tracing::info!(
-            "removed a temp file left by an interrupted write: {}",
-            stale.display()
-        );
-    }
-    let problem = match checkpoint::load(path) {
-        Ok(None) => return (None, None),
-        Ok(Some(data)) => match validate::checkpoint(path, &data, topology) {
-            Ok(_) => return (Some(data), None),
-            Err(v) => (v.invariant.checkpoint_reason(), v.to_string()),
-        },
-        Err(e) => (e.reason(), e.to_string()),
-    };
-    let (reason, msg) = problem;
-    let aside = match checkpoint::quarantine(path, unix_now()) {
-        Ok(p) => format!("kept as {}", p.display()),
-        Err(q) => format!("could not be moved aside: {q}"),
-    };
-    // The event of local mode is a warning on stderr (cluster mode: a k8s Event).
-    tracing::warn!(reason, file = %path.display(), "{msg}; {aside}");
-    (None, Some((reason.to_string(), format!("{msg} ({aside})"))))
-}
-
 /// The local-mode loop until SIGTERM/SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (Some(pods_dir), Some(spec_path), Some(status_path)) =
@@ -293,7 +262,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
-    let (restored, problem) = load_checkpoint(&cp_path, &topology);
+    let (restored, problem) = restore::load_checkpoint(&cp_path, &topology);
     for stale in checkpoint::remove_stale_temp_files(status_path) {
         tracing::info!(
             "removed a temp file left by an interrupted write: {}",

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
@@ -45,11 +46,11 @@ impl Invariant {
     /// The PascalCase condition reason for a checkpoint that breaks this invariant.
     pub fn checkpoint_reason(self) -> &'static str {
         match self {
-            Self::WellFormed => "CheckpointMalformedSet",
-            Self::OnMachine => "CheckpointCpuNotOnMachine",
-            Self::Exclusive => "CheckpointCpuOverlap",
-            Self::RecordsMatchEntries => "CheckpointRecordsMismatch",
-            Self::ReservedInShared => "CheckpointInconsistent",
+            Self::WellFormed => reason::CHECKPOINT_MALFORMED_SET,
+            Self::OnMachine => reason::CHECKPOINT_CPU_NOT_ON_MACHINE,
+            Self::Exclusive => reason::CHECKPOINT_CPU_OVERLAP,
+            Self::RecordsMatchEntries => reason::CHECKPOINT_RECORDS_MISMATCH,
+            Self::ReservedInShared => reason::CHECKPOINT_INCONSISTENT,
         }
     }
 
@@ -229,7 +230,7 @@ pub fn kubelet_state(
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
-/// The read is bounded ([`KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// The read is bounded ([`super::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
 /// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
 /// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
@@ -242,10 +243,6 @@ pub fn read_kubelet_state(
     }
     Ok(state)
 }
-
-/// The largest kubelet CPU manager state read (the kubelet's own for a node of a few hundred
-/// pods is a few kilobytes).
-pub const KUBELET_STATE_MAX_BYTES: u64 = 4 << 20;
 
 #[cfg(test)]
 mod tests {

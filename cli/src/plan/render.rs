@@ -67,16 +67,6 @@ fn variant_json(r: &VariantResult) -> VariantJson<'_> {
         } => (None, Some(*n)),
         CpuManagerConfig::None => (None, None),
     };
-    let mut tm_options = BTreeMap::new();
-    if c.tm_options.prefer_closest_numa_nodes {
-        tm_options.insert("prefer-closest-numa-nodes".to_string(), "true".to_string());
-    }
-    if c.tm_options.max_allowable_numa_nodes != 8 {
-        tm_options.insert(
-            "max-allowable-numa-nodes".to_string(),
-            c.tm_options.max_allowable_numa_nodes.to_string(),
-        );
-    }
     VariantJson {
         name: &r.variant.name,
         cpu_manager: CpuManagerJson {
@@ -91,7 +81,7 @@ fn variant_json(r: &VariantResult) -> VariantJson<'_> {
         topology_manager: TopologyManagerJson {
             policy: c.tm_policy.to_string(),
             scope: c.tm_scope.to_string(),
-            options: tm_options,
+            options: c.tm_options.to_map(),
         },
         memory_manager: match c.memory {
             MemoryManagerConfig::None => None,

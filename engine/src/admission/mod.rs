@@ -26,20 +26,16 @@
 
 use std::collections::BTreeMap;
 
+pub mod cpu_hints;
 pub mod explain;
 
 use crate::cpumanager::{CpuState, PolicyError, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use crate::cpuset::CpuSet;
+use crate::devicemanager::{DeviceError, DeviceHints, DeviceManager, DeviceSpec};
+use crate::memorymanager::{MemoryError, MemoryHints, MemoryManager, ReservedMemory};
 use crate::pod::{Container, Pod};
 use crate::report::{AllocationReport, HintReport, RejectionReport};
 use crate::topology::CpuTopology;
-use crate::topologymanager::providers::device::{
-    DeviceError, DeviceHints, DeviceManager, DeviceSpec,
-};
-use crate::topologymanager::providers::memory::{
-    MemoryError, MemoryHints, MemoryManager, ReservedMemory,
-};
-use crate::topologymanager::providers::{self};
 use crate::topologymanager::{
     merge, ManagerConfig, ProviderHints, ResourceHints, TmError, TmOptions, TmPolicy, TmScope,
     TopologyHint, TOPOLOGY_AFFINITY_ERROR,
@@ -369,7 +365,7 @@ impl NodeAdmitter {
             let providers = [
                 self.cpu
                     .as_ref()
-                    .and_then(|p| providers::cpu::container_hints(p, &self.state, pod, c)),
+                    .and_then(|p| cpu_hints::container_hints(p, &self.state, pod, c)),
                 self.memory
                     .as_ref()
                     .and_then(|m| memory_provider(m.container_hints(pod, c))),
@@ -393,7 +389,7 @@ impl NodeAdmitter {
         let providers = [
             self.cpu
                 .as_ref()
-                .and_then(|p| providers::cpu::pod_hints(p, &self.state, pod)),
+                .and_then(|p| cpu_hints::pod_hints(p, &self.state, pod)),
             self.memory
                 .as_ref()
                 .and_then(|m| memory_provider(m.pod_hints(pod))),

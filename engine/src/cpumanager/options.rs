@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::options::{Maturity, OptionKind, OptionTable, PolicyOption};
 use crate::topology::CpuTopology;
 
 /// `full-pcpus-only`.
@@ -23,15 +24,71 @@ pub const STRICT_CPU_RESERVATION: &str = "strict-cpu-reservation";
 /// `prefer-align-cpus-by-uncorecache`.
 pub const PREFER_ALIGN_CPUS_BY_UNCORECACHE: &str = "prefer-align-cpus-by-uncorecache";
 
-/// Every option name the static policy knows.
-pub const OPTION_NAMES: [&str; 6] = [
-    FULL_PCPUS_ONLY,
-    DISTRIBUTE_CPUS_ACROSS_NUMA,
-    ALIGN_BY_SOCKET,
-    DISTRIBUTE_CPUS_ACROSS_CORES,
-    STRICT_CPU_RESERVATION,
-    PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+/// The static policy's options, in the kubelet's declaration order (`policy_options.go`),
+/// with their maturity there. Feature gates are not modelled when parsing (every option is
+/// available); the maturity feeds the docs table.
+pub const CPU_OPTIONS: [PolicyOption; 6] = [
+    PolicyOption {
+        name: FULL_PCPUS_ONLY,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Ga,
+        summary: "allocate whole physical cores only (`SMTAlignmentError` otherwise)",
+    },
+    PolicyOption {
+        name: DISTRIBUTE_CPUS_ACROSS_NUMA,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Beta,
+        summary: "spread a request evenly over the fewest NUMA nodes",
+    },
+    PolicyOption {
+        name: ALIGN_BY_SOCKET,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Alpha,
+        summary: "widen NUMA hints to whole sockets",
+    },
+    PolicyOption {
+        name: DISTRIBUTE_CPUS_ACROSS_CORES,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Alpha,
+        summary: "one CPU per core before siblings (\"spread\" sorting)",
+    },
+    PolicyOption {
+        name: STRICT_CPU_RESERVATION,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Beta,
+        summary: "reserved CPUs leave the shared pool too",
+    },
+    PolicyOption {
+        name: PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Beta,
+        summary: "pack requests into the fewest uncore caches",
+    },
 ];
+
+/// Pairs of options the kubelet refuses to combine (both on), in the order
+/// `NewStaticPolicyOptions` checks them.
+pub const INCOMPATIBLE: [(&str, &str); 4] = [
+    (FULL_PCPUS_ONLY, DISTRIBUTE_CPUS_ACROSS_CORES),
+    (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
+    (
+        PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+        DISTRIBUTE_CPUS_ACROSS_CORES,
+    ),
+    (
+        PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+        DISTRIBUTE_CPUS_ACROSS_NUMA,
+    ),
+];
+
+/// The CPU manager's option table: every option needs the static policy.
+pub const CPU_OPTION_TABLE: OptionTable = OptionTable {
+    field: "cpuManagerPolicyOptions",
+    gate_prefix: "CPUManagerPolicy",
+    needs_policy: Some("static"),
+    options: &CPU_OPTIONS,
+    conflicts: &INCOMPATIBLE,
+};
 
 /// The static policy's options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -93,48 +150,48 @@ impl StaticPolicyOptions {
     pub fn from_map(m: &BTreeMap<String, String>) -> Result<Self, OptionsError> {
         let mut o = StaticPolicyOptions::default();
         for (name, value) in m {
-            let slot = match name.as_str() {
-                FULL_PCPUS_ONLY => &mut o.full_pcpus_only,
-                DISTRIBUTE_CPUS_ACROSS_NUMA => &mut o.distribute_cpus_across_numa,
-                ALIGN_BY_SOCKET => &mut o.align_by_socket,
-                DISTRIBUTE_CPUS_ACROSS_CORES => &mut o.distribute_cpus_across_cores,
-                STRICT_CPU_RESERVATION => &mut o.strict_cpu_reservation,
-                PREFER_ALIGN_CPUS_BY_UNCORECACHE => &mut o.prefer_align_cpus_by_uncorecache,
-                _ => return Err(OptionsError::Unknown(name.clone())),
-            };
-            *slot = parse_bool(name, value)?;
+            if CPU_OPTION_TABLE.get(name).is_none() {
+                return Err(OptionsError::Unknown(name.clone()));
+            }
+            let on = parse_bool(name, value)?;
+            let slot = o
+                .flag_mut(name)
+                .ok_or_else(|| OptionsError::Unknown(name.clone()))?;
+            *slot = on;
         }
         o.check_compatible()?;
         Ok(o)
     }
 
-    /// The kubelet's pairwise compatibility rules, in the kubelet's order.
+    /// The field of an option (the one place an option's name meets its engine logic), or
+    /// `None` for a name outside [`CPU_OPTIONS`].
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            FULL_PCPUS_ONLY => &mut self.full_pcpus_only,
+            DISTRIBUTE_CPUS_ACROSS_NUMA => &mut self.distribute_cpus_across_numa,
+            ALIGN_BY_SOCKET => &mut self.align_by_socket,
+            DISTRIBUTE_CPUS_ACROSS_CORES => &mut self.distribute_cpus_across_cores,
+            STRICT_CPU_RESERVATION => &mut self.strict_cpu_reservation,
+            PREFER_ALIGN_CPUS_BY_UNCORECACHE => &mut self.prefer_align_cpus_by_uncorecache,
+            _ => return None,
+        })
+    }
+
+    /// Whether the option of a name is on (`false` for unknown names).
+    pub fn is_on(&self, name: &str) -> bool {
+        let mut copy = *self;
+        copy.flag_mut(name).is_some_and(|b| *b)
+    }
+
+    /// The kubelet's pairwise compatibility rules ([`INCOMPATIBLE`]), in the kubelet's order.
     pub fn check_compatible(&self) -> Result<(), OptionsError> {
-        if self.full_pcpus_only && self.distribute_cpus_across_cores {
-            return Err(OptionsError::Incompatible(
-                FULL_PCPUS_ONLY,
-                DISTRIBUTE_CPUS_ACROSS_CORES,
-            ));
+        match INCOMPATIBLE
+            .into_iter()
+            .find(|(a, b)| self.is_on(a) && self.is_on(b))
+        {
+            Some((a, b)) => Err(OptionsError::Incompatible(a, b)),
+            None => Ok(()),
         }
-        if self.distribute_cpus_across_numa && self.distribute_cpus_across_cores {
-            return Err(OptionsError::Incompatible(
-                DISTRIBUTE_CPUS_ACROSS_NUMA,
-                DISTRIBUTE_CPUS_ACROSS_CORES,
-            ));
-        }
-        if self.prefer_align_cpus_by_uncorecache && self.distribute_cpus_across_cores {
-            return Err(OptionsError::Incompatible(
-                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
-                DISTRIBUTE_CPUS_ACROSS_CORES,
-            ));
-        }
-        if self.prefer_align_cpus_by_uncorecache && self.distribute_cpus_across_numa {
-            return Err(OptionsError::Incompatible(
-                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
-                DISTRIBUTE_CPUS_ACROSS_NUMA,
-            ));
-        }
-        Ok(())
     }
 
     /// `ValidateStaticPolicyOptions`: align-by-socket needs a topology-manager policy other
@@ -158,29 +215,11 @@ impl StaticPolicyOptions {
 
     /// The options as the kubelet's string map (only the options that are on).
     pub fn to_map(&self) -> BTreeMap<String, String> {
-        let Self {
-            full_pcpus_only,
-            distribute_cpus_across_numa,
-            align_by_socket,
-            distribute_cpus_across_cores,
-            prefer_align_cpus_by_uncorecache,
-            strict_cpu_reservation,
-        } = *self;
-        [
-            (FULL_PCPUS_ONLY, full_pcpus_only),
-            (DISTRIBUTE_CPUS_ACROSS_NUMA, distribute_cpus_across_numa),
-            (ALIGN_BY_SOCKET, align_by_socket),
-            (DISTRIBUTE_CPUS_ACROSS_CORES, distribute_cpus_across_cores),
-            (
-                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
-                prefer_align_cpus_by_uncorecache,
-            ),
-            (STRICT_CPU_RESERVATION, strict_cpu_reservation),
-        ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(n, _)| (n.to_string(), "true".to_string()))
-        .collect()
+        CPU_OPTIONS
+            .iter()
+            .filter(|o| self.is_on(o.name))
+            .map(|o| (o.name.to_string(), "true".to_string()))
+            .collect()
     }
 }
 
@@ -244,5 +283,29 @@ mod tests {
         };
         let round: BTreeMap<String, String> = all.to_map();
         assert_eq!(StaticPolicyOptions::from_map(&round).unwrap(), all);
+    }
+
+    /// Every table entry has its engine logic (a field), every field its entry, and each
+    /// option turns on exactly its own field.
+    #[test]
+    fn table_and_fields_agree() {
+        for o in &CPU_OPTIONS {
+            let on = StaticPolicyOptions::from_map(&map(&[(o.name, "true")]));
+            let on = on.unwrap_or_else(|e| panic!("{}: {e}", o.name));
+            assert_eq!(on.to_map(), map(&[(o.name, "true")]), "{}", o.name);
+            assert_eq!(o.kind, OptionKind::Bool, "{}", o.name);
+        }
+        let StaticPolicyOptions {
+            full_pcpus_only: _,
+            distribute_cpus_across_numa: _,
+            align_by_socket: _,
+            distribute_cpus_across_cores: _,
+            prefer_align_cpus_by_uncorecache: _,
+            strict_cpu_reservation: _,
+        } = StaticPolicyOptions::default();
+        println!("{} CPU manager options checked", CPU_OPTIONS.len());
+        for (a, b) in INCOMPATIBLE {
+            assert!(CPU_OPTION_TABLE.get(a).is_some() && CPU_OPTION_TABLE.get(b).is_some());
+        }
     }
 }

@@ -39,9 +39,9 @@ pub mod mask;
 pub mod numa;
 pub mod options;
 pub mod policy;
-pub mod providers;
 mod reach;
 pub mod reference;
+pub(crate) mod subsets;
 
 pub use error::TmError;
 pub use fast::{merge, merge_with_budget, MERGE_BUDGET};

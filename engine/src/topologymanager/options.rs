@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::TmError;
+use crate::options::{Maturity, OptionKind, OptionTable, PolicyOption};
 
 /// Name of the KEP-3545 option.
 pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
@@ -37,15 +38,7 @@ impl Default for TmOptions {
 }
 
 /// Maturity level of a policy option, which decides the feature gate it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptionLevel {
-    /// Needs `TopologyManagerPolicyAlphaOptions` (default off).
-    Alpha,
-    /// Needs `TopologyManagerPolicyBetaOptions` (default on).
-    Beta,
-    /// Always available.
-    Ga,
-}
+pub use crate::options::Maturity as OptionLevel;
 
 /// The two feature gates that govern option availability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +61,31 @@ impl Default for OptionGates {
 
 /// The options this implementation knows, with their level in the kubelet revision we
 /// follow (prefer-closest GA, max-allowable beta).
-pub const KNOWN_OPTIONS: [(&str, OptionLevel); 2] = [
-    (PREFER_CLOSEST_NUMA_NODES, OptionLevel::Ga),
-    (MAX_ALLOWABLE_NUMA_NODES, OptionLevel::Beta),
+pub const TM_OPTIONS: [PolicyOption; 2] = [
+    PolicyOption {
+        name: PREFER_CLOSEST_NUMA_NODES,
+        kind: OptionKind::Bool,
+        maturity: Maturity::Ga,
+        summary: "among equally wide masks prefer the lowest average NUMA distance (KEP-3545)",
+    },
+    PolicyOption {
+        name: MAX_ALLOWABLE_NUMA_NODES,
+        kind: OptionKind::Count {
+            min: DEFAULT_MAX_ALLOWABLE_NUMA_NODES as u32,
+        },
+        maturity: Maturity::Beta,
+        summary: "the largest NUMA-node count the topology manager accepts (default 8)",
+    },
 ];
+
+/// The topology manager's option table: any policy takes them, none conflict.
+pub const TM_OPTION_TABLE: OptionTable = OptionTable {
+    field: "topologyManagerPolicyOptions",
+    gate_prefix: "TopologyManagerPolicy",
+    needs_policy: None,
+    options: &TM_OPTIONS,
+    conflicts: &[],
+};
 
 /// The kubelet's `CheckPolicyOptionAvailable`; `extra` registers additional options (the
 /// kubelet's tests inject fake alpha/beta options this way).
@@ -80,11 +94,12 @@ pub fn check_option_available(
     gates: OptionGates,
     extra: &[(&str, OptionLevel)],
 ) -> Result<(), TmError> {
-    let level = KNOWN_OPTIONS
+    let level = TM_OPTIONS
         .iter()
-        .chain(extra.iter())
+        .map(|o| (o.name, o.maturity))
+        .chain(extra.iter().copied())
         .find(|(n, _)| *n == name)
-        .map(|(_, l)| *l)
+        .map(|(_, l)| l)
         .ok_or_else(|| TmError::UnknownOption(name.to_string()))?;
     let (enabled, label) = match level {
         OptionLevel::Alpha => (gates.alpha, "alpha"),
@@ -151,6 +166,28 @@ impl TmOptions {
             }
         }
         Ok(opts)
+    }
+}
+
+impl TmOptions {
+    /// The options as the kubelet's string map: only what differs from the kubelet's
+    /// defaults (`prefer-closest-numa-nodes` when on, `max-allowable-numa-nodes` when not 8).
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        let Self {
+            prefer_closest_numa_nodes,
+            max_allowable_numa_nodes,
+        } = *self;
+        let mut m = BTreeMap::new();
+        if prefer_closest_numa_nodes {
+            m.insert(PREFER_CLOSEST_NUMA_NODES.to_string(), "true".to_string());
+        }
+        if max_allowable_numa_nodes != DEFAULT_MAX_ALLOWABLE_NUMA_NODES {
+            m.insert(
+                MAX_ALLOWABLE_NUMA_NODES.to_string(),
+                max_allowable_numa_nodes.to_string(),
+            );
+        }
+        m
     }
 }
 

@@ -295,3 +295,18 @@ fn backoff_doubles_and_caps() {
         .collect();
     assert_eq!(secs, vec![1, 2, 4, 8, 256, 300, 300]);
 }
+
+#[test]
+fn invalid_objects_wait_long_and_transient_errors_back_off() {
+    let missing = Error::Missing {
+        object: "noderesourcepolicy/p".into(),
+        field: "metadata.name",
+    };
+    assert!(!missing.is_transient());
+    for n in 1..=12 {
+        assert_eq!(retry_delay(false, n), INVALID_RETRY, "n={n}");
+        assert_eq!(retry_delay(true, n), backoff(n), "n={n}");
+    }
+    assert_eq!(retry_delay(true, 1), Duration::from_secs(1));
+    println!("12 failure counts checked for both classes");
+}

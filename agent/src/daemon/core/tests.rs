@@ -165,7 +165,7 @@ fn spec_change_keeps_running_pods_and_names_them() {
     assert_eq!(cpus_of(&core)["default/a"], a_cpus);
     let gens: Vec<Option<i64>> = st.allocations.iter().map(|a| a.spec_generation).collect();
     assert_eq!(gens, [Some(1), Some(2)]);
-    let c = conditions::find(&st.conditions, POLICY_CURRENT).expect("condition");
+    let c = conditions::find(&st.conditions, conditions::POLICY_CURRENT).expect("condition");
     assert_eq!(c.status, "False");
     assert_eq!(
         c.message,
@@ -295,7 +295,7 @@ fn rejected_checkpoint_is_reported_and_state_rebuilt() {
     )]));
     core.reconcile();
     let st = core.status(&[], &now());
-    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    let c = conditions::find(&st.conditions, conditions::CHECKPOINT_RESTORED).expect("cond");
     assert_eq!(c.status, "False");
     assert_eq!(c.reason, "CheckpointChecksumMismatch");
     assert_eq!(st.allocations.len(), 1);
@@ -337,7 +337,7 @@ fn checksum_valid_but_contradictory_checkpoint_is_rejected() {
     core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
     core.reconcile();
     let st = core.status(&[], &now());
-    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    let c = conditions::find(&st.conditions, conditions::CHECKPOINT_RESTORED).expect("cond");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("False", "CheckpointCpuOverlap")
@@ -390,7 +390,7 @@ fn reserved_outside_the_shared_pool_is_rejected_and_moved_aside() {
     let metrics = super::super::metrics::Metrics::new();
     let mut cycle = super::super::cycle::Cycle::new(path.clone());
     let st = cycle.run(&mut core, &metrics, &now()).expect("status");
-    let c = conditions::find(&st.conditions, CHECKPOINT).expect("cond");
+    let c = conditions::find(&st.conditions, conditions::CHECKPOINT_RESTORED).expect("cond");
     assert_eq!(c.reason, "CheckpointInconsistent");
     assert!(
         c.message

@@ -1,4 +1,4 @@
-//! The CPU manager's hints (kubelet static policy `generateCPUTopologyHints`) as an
+//! The CPU hint adapter: the CPU manager's hints (kubelet static policy `generateCPUTopologyHints`) as an
 //! implicit hint source.
 //!
 //! The universe is the NUMA nodes that have CPUs (the kubelet iterates
@@ -18,7 +18,7 @@ use crate::pod::{Container, Pod};
 use crate::topology::CpuTopology;
 use crate::topologymanager::{NumaMask, ProviderHints, ResourceHints, TopologyHint};
 
-use super::{min_width_single, within};
+use crate::topologymanager::subsets::{min_width_single, within};
 
 /// `generateCPUTopologyHints(available, reusable, request)`, answered per mask.
 #[derive(Debug, Clone)]
@@ -129,7 +129,7 @@ impl CpuHintSource {
 
     /// The kubelet's explicit list.
     pub fn materialize(&self) -> Vec<TopologyHint> {
-        super::materialize_with(&self.ids, |m| self.lookup(m))
+        crate::topologymanager::subsets::materialize_with(&self.ids, |m| self.lookup(m))
     }
 
     /// The NUMA nodes (with CPUs) this source ranges over.
@@ -174,9 +174,7 @@ impl crate::topologymanager::HintSource for CpuHintSource {
     }
 
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::providers::materialize_within(&self.ids, machine, |m| {
-            self.lookup(m)
-        })
+        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
     }
 
     fn min_width(&self, _machine: NumaMask) -> Option<u32> {
@@ -197,18 +195,21 @@ impl crate::topologymanager::HintSource for CpuHintSource {
                 .into_iter()
                 .collect();
             if *min_sockets <= socket_ids.len() {
-                super::any_mask_of_width(&socket_ids, *min_sockets, |chosen| {
-                    let nodes = self
-                        .ids
-                        .iter()
-                        .copied()
-                        .filter(|n| sockets.get(n).is_some_and(|b| b & !chosen.bits() == 0));
-                    let mask = NumaMask::from_bits(nodes.fold(0, |a, n| a | 1 << n));
-                    if self.lookup(mask).is_some() {
-                        widest = Some(widest.map_or(mask.count(), |w| w.max(mask.count())));
-                    }
-                    false
-                });
+                crate::topologymanager::subsets::any_mask_of_width(
+                    &socket_ids,
+                    *min_sockets,
+                    |chosen| {
+                        let nodes =
+                            self.ids.iter().copied().filter(|n| {
+                                sockets.get(n).is_some_and(|b| b & !chosen.bits() == 0)
+                            });
+                        let mask = NumaMask::from_bits(nodes.fold(0, |a, n| a | 1 << n));
+                        if self.lookup(mask).is_some() {
+                            widest = Some(widest.map_or(mask.count(), |w| w.max(mask.count())));
+                        }
+                        false
+                    },
+                );
             }
             return widest.map(|w| (narrowest, w));
         }

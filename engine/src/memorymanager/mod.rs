@@ -29,7 +29,7 @@ use crate::pod::{Container, Pod, QosClass};
 use crate::topology::CpuTopology;
 use crate::topologymanager::{NumaMask, TopologyHint};
 
-use super::{any_mask_of_width, min_width_single, within};
+use crate::topologymanager::subsets::{any_mask_of_width, min_width_single, within};
 
 /// A memory resource the Memory Manager tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -344,7 +344,7 @@ impl MemoryHintSource {
 
     /// The kubelet's explicit list (ascending as `IterateBitMasks` visits masks).
     pub fn materialize(&self) -> Vec<TopologyHint> {
-        super::materialize_with(&self.ids, |m| self.lookup(m))
+        crate::topologymanager::subsets::materialize_with(&self.ids, |m| self.lookup(m))
     }
 
     /// The kubelet's `findBestHint` over the hints that contain `base`: preferred first,

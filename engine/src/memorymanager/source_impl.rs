@@ -64,9 +64,7 @@ impl crate::topologymanager::HintSource for MemoryHintSource {
     }
 
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::providers::materialize_within(&self.ids, machine, |m| {
-            self.lookup(m)
-        })
+        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
     }
 
     fn min_width(&self, _machine: NumaMask) -> Option<u32> {

@@ -1,6 +1,5 @@
-//! The topology manager's hint providers: the CPU manager, the Memory Manager (static
-//! policy) and the device manager, each able to answer as the kubelet's explicit hint list
-//! and implicitly (is this mask a hint, is it preferred) without materialising 2^N masks.
+//! Subsets of a NUMA node list in the kubelet's enumeration order, and the width helpers
+//! the hint providers share (memory manager, device manager, the CPU hint adapter).
 //!
 //! Every provider follows the same kubelet pattern: a mask is a hint when the resources
 //! *available* under it satisfy the request, and a hint is preferred when its width equals
@@ -8,11 +7,7 @@
 //! (`minAffinitySize`). The implicit sources precompute that width once, so a lookup costs
 //! a pass over the mask's nodes.
 
-pub mod cpu;
-pub mod device;
-pub mod memory;
-
-use super::NumaMask;
+use super::{NumaMask, TopologyHint};
 
 /// Calls `visit` for every non-empty subset of `ids` in the kubelet's
 /// `bitmask.IterateBitMasks` order: by increasing width, and within a width in the
@@ -81,7 +76,7 @@ pub(crate) fn materialize_within(
     ids: &[usize],
     machine: NumaMask,
     lookup: impl Fn(NumaMask) -> Option<bool>,
-) -> Vec<super::TopologyHint> {
+) -> Vec<TopologyHint> {
     let ids: Vec<usize> = ids.iter().copied().filter(|i| machine.is_set(*i)).collect();
     materialize_with(&ids, lookup)
 }
@@ -89,11 +84,11 @@ pub(crate) fn materialize_within(
 pub(crate) fn materialize_with(
     ids: &[usize],
     lookup: impl Fn(NumaMask) -> Option<bool>,
-) -> Vec<super::TopologyHint> {
+) -> Vec<TopologyHint> {
     let mut out = Vec::new();
     for_each_mask(ids, |m| {
         if let Some(preferred) = lookup(m) {
-            out.push(super::TopologyHint {
+            out.push(TopologyHint {
                 affinity: Some(m),
                 preferred,
             });

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::pod::{Container, Pod};
 use crate::topologymanager::{NumaMask, TopologyHint};
 
-use super::{for_each_mask, within};
+use crate::topologymanager::subsets::{for_each_mask, min_width_single, within};
 
 /// The most devices a node may list, all resources together. Real nodes list a few dozen
 /// (GPUs, NICs' virtual functions: at most a few hundred); the bound keeps a device count such
@@ -163,7 +163,7 @@ impl DeviceHintSource {
 
     /// The kubelet's explicit list.
     pub fn materialize(&self) -> Vec<TopologyHint> {
-        super::materialize_with(&self.ids, |m| self.lookup(m))
+        crate::topologymanager::subsets::materialize_with(&self.ids, |m| self.lookup(m))
     }
 }
 
@@ -541,7 +541,7 @@ fn min_device_width(ids: &[usize], devices: &[NumaMask], request: u64) -> Option
             .iter()
             .map(|id| devices.iter().filter(|m| m.is_set(*id)).count() as u64)
             .collect();
-        return super::min_width_single(&counts, request).map(|w| w.max(1));
+        return min_width_single(&counts, request).map(|w| w.max(1));
     }
     let mut best = None;
     for_each_mask(ids, |m| {
@@ -566,7 +566,7 @@ impl DeviceHintSource {
             .all(|m| m.count() == 1);
         if !single {
             let mut best = None;
-            super::for_each_mask(&self.ids, |m| {
+            for_each_mask(&self.ids, |m| {
                 if best.is_none() && self.lookup(m).is_some() {
                     best = Some(m.count());
                 }
@@ -588,7 +588,7 @@ impl DeviceHintSource {
             0
         } else {
             others.sort_unstable_by(|a, b| b.cmp(a));
-            super::min_width_single(&others, need as u64)?
+            min_width_single(&others, need as u64)?
         };
         Some((base + extra).max(1) as u32)
     }
@@ -600,9 +600,7 @@ impl crate::topologymanager::HintSource for DeviceHintSource {
     }
 
     fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::providers::materialize_within(&self.ids, machine, |m| {
-            self.lookup(m)
-        })
+        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
     }
 
     fn min_width(&self, _machine: NumaMask) -> Option<u32> {
