@@ -476,6 +476,7 @@ func writeLegacy(version string) error {
 func main() {
 	timeout := flag.Duration("timeout", 10*time.Second, "per-case time limit")
 	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
+	validate := flag.Bool("validate-state", false, "answer start-up validation cases (validate.go) instead of allocation cases")
 	flag.Parse()
 	if *legacy != "" {
 		if err := writeLegacy(*legacy); err != nil {
@@ -489,6 +490,9 @@ func main() {
 	if err := utilfeature.DefaultMutableFeatureGate.Set(featureGates); err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
 		os.Exit(2)
+	}
+	if *validate {
+		os.Exit(runValidate())
 	}
 	tmp, err := os.MkdirTemp("", "kubelet-oracle-")
 	if err != nil {

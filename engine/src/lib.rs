@@ -6,6 +6,7 @@
 //! sysfs tree (and [`files`], the bounded reader every input file goes through).
 
 pub mod admission;
+pub mod change;
 pub mod conformance;
 pub mod cpumanager;
 pub mod cpuset;
