@@ -105,6 +105,17 @@ impl OwnedConfig {
         }
     }
 
+    /// The same configuration with the kubelet's defaults written out (policy `none`,
+    /// topology manager `none`/`container`), for comparisons.
+    pub fn normalized(&self) -> OwnedConfig {
+        OwnedConfig {
+            cpu_manager_policy: self.cpu_policy().to_string(),
+            topology_manager_policy: self.tm_policy().to_string(),
+            topology_manager_scope: self.tm_scope().to_string(),
+            ..self.clone()
+        }
+    }
+
     fn reserved(&self) -> ReservedCpus {
         if self.reserved_system_cpus.is_empty() {
             ReservedCpus::Count(self.reserved_cpu_count.unwrap_or(0))
