@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod actuate;
 mod daemon;
 
 /// nodetopo node agent and offline CPU-placement tools.
@@ -25,6 +26,9 @@ enum Command {
     /// Create the state directory and hand it (and its files) to the agent's user; the
     /// chart's init container runs this, the only step that needs uid 0 (with CAP_CHOWN).
     PrepareStateDir(daemon::state_dir::Args),
+    /// Make the kubelet run a policy's CPU/topology-manager settings (drop-in, state
+    /// rewrite, restart, verify, roll back on failure); see docs/actuation.md.
+    Apply(Box<actuate::Args>),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         Command::Offline(c) => c.run(),
         Command::Run(a) => daemon::run(*a),
         Command::PrepareStateDir(a) => daemon::state_dir::run(a),
+        Command::Apply(a) => actuate::run(*a),
     };
     match result {
         Ok(code) => code,

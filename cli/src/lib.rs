@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod conformance;
+pub mod diff;
 pub mod discover;
 pub mod plan;
 pub mod pods;
@@ -26,6 +27,8 @@ pub enum Command {
     Plan(Box<plan::Args>),
     /// Evaluate kubelet test-vector files against the engine.
     Conformance(conformance::Args),
+    /// Show what changing the kubelet to a policy's CPU/topology-manager settings takes.
+    Diff(Box<diff::Args>),
 }
 
 impl Command {
@@ -35,6 +38,7 @@ impl Command {
             Command::Discover(a) => discover::run(a),
             Command::Plan(a) => plan::run(*a),
             Command::Conformance(a) => conformance::run(a),
+            Command::Diff(a) => diff::run(*a),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod config;
 pub mod generate;
 pub mod nodetopology;
 pub mod policy;
+pub mod rollout;
 pub mod rules;
 pub mod validation;
 

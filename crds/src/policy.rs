@@ -83,6 +83,9 @@ pub struct NodeResourcePolicySpec {
     /// Topology manager configuration. Absent means policy `none`, scope `container`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_manager: Option<TopologyManagerConfig>,
+    /// Whether and how the operator makes the selected kubelets run this (absent: Observe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// One node where the policy did not (yet) take effect, and why.
@@ -131,6 +134,15 @@ pub struct NodeResourcePolicyStatus {
     #[serde(default)]
     #[schemars(transform = rules::int32_schema)]
     pub overridden_nodes: i32,
+    /// Rollout: governed nodes whose kubelet runs this policy (Applied True).
+    #[serde(default)]
+    pub updated_nodes: i32,
+    /// Rollout: governed nodes not yet changed or in progress.
+    #[serde(default)]
+    pub pending_nodes: i32,
+    /// Rollout: governed nodes whose change failed (Applied False, reason Failed).
+    #[serde(default)]
+    pub failed_nodes: i32,
     /// The first few nodes (by name, at most 10) that are invalid, overridden or still
     /// pending, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -279,6 +279,7 @@ pub fn validate_policy_spec(spec: &NodeResourcePolicySpec) -> Vec<ValidationErro
         priority: _,
         cpu_manager,
         topology_manager,
+        rollout,
     } = spec;
     let mut errs = node_selector
         .as_ref()
@@ -289,6 +290,15 @@ pub fn validate_policy_spec(spec: &NodeResourcePolicySpec) -> Vec<ValidationErro
         &topology_manager.clone().unwrap_or_default(),
         "spec",
     ));
+    if let Some(r) = rollout {
+        if let Err(detail) = r.max_unavailable_of(1) {
+            errs.push(ValidationError {
+                field: "spec.rollout.maxUnavailable".into(),
+                message: crate::rollout::MAX_UNAVAILABLE_RULE.message.to_string(),
+                detail: Some(detail),
+            });
+        }
+    }
     errs
 }
 

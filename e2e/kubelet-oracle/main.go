@@ -699,6 +699,7 @@ func main() {
 	legacy := flag.String("legacy-checkpoint", "", "print a v2 or v3 checkpoint of the state on stdin and exit")
 	stateDir := flag.String("state-dir", "", "where the per-case checkpoint directories go (default: the system temp dir; "+
 		"a tmpfs such as /dev/shm avoids the checkpoint code's fsync on every state change)")
+	validate := flag.Bool("validate-state", false, "answer start-up validation cases (validate.go) instead of allocation cases")
 	flag.Parse()
 	if *legacy != "" {
 		if err := writeLegacy(*legacy); err != nil {
@@ -712,6 +713,9 @@ func main() {
 	if err := utilfeature.DefaultMutableFeatureGate.Set(featureGates); err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: feature gates: %v\n", err)
 		os.Exit(2)
+	}
+	if *validate {
+		os.Exit(runValidate())
 	}
 	tmp, err := os.MkdirTemp(*stateDir, "kubelet-oracle-")
 	if err != nil {

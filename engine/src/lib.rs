@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod change;
 pub mod conformance;
 pub mod cpumanager;
 pub mod cpuset;

@@ -49,6 +49,7 @@ fn policies(n: usize) -> Vec<NodeResourcePolicy> {
                         policy: TopologyManagerPolicy::BestEffort,
                         ..Default::default()
                     }),
+                    rollout: None,
                 },
             );
             p.metadata.generation = Some(1);

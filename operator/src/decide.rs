@@ -447,6 +447,11 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
         invalid_nodes: t.invalid,
         overridden_nodes: t.overridden,
         problem_nodes: t.problems,
+        // Rollout counts come from the agents' Applied conditions through
+        // `rollout::next_batch`; this controller does not wire them yet (issue 13).
+        updated_nodes: 0,
+        pending_nodes: 0,
+        failed_nodes: 0,
     }
 }
 
@@ -498,6 +503,8 @@ pub fn status_changed(
 ) -> bool {
     old != Some(new)
 }
+
+pub mod rollout;
 
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@ fn policy(name: &str, priority: i32) -> NodeResourcePolicy {
                 ..Default::default()
             }),
             topology_manager: None,
+            rollout: None,
         },
     );
     p.metadata.generation = Some(2);

@@ -49,6 +49,7 @@ pub(crate) fn policy(
                 policy: TopologyManagerPolicy::SingleNumaNode,
                 ..Default::default()
             }),
+            rollout: None,
         },
     );
     p.metadata.generation = Some(3);

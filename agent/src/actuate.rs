@@ -1,0 +1,682 @@
+//! `apply`: make the kubelet run a policy's CPU/topology-manager settings (local executor).
+//!
+//! The plan comes from `nodetopo_engine::change::plan_change` (the same as `diff`). This
+//! module carries out the plans that need no pod to move: RestartOnly and RewriteState.
+//! EvictFirst and Drain are reported (`WaitingForEviction`, `DrainRequired`) and nothing is
+//! touched: evictions go through the Eviction API in the cluster agent, never here.
+//!
+//! Files written: the drop-in `<config dir>/90-nodetopo.conf` (a full KubeletConfiguration
+//! holding only the owned fields, mode 0644) and, for RewriteState, the CPU manager
+//! checkpoint, in the format it was in, with the kubelet's checksums. Every write is atomic
+//! (temp file in the same directory, fsync, rename, fsync of the directory).
+//!
+//! Crash safety (the agent can be killed at any instant): before anything is changed the
+//! current files are copied to `<name>.nodetopo-backup` beside them, then a journal
+//! (`<state dir>/nodetopo-apply.journal`) records which files existed. Only then are the new
+//! files renamed in. The journal moves to `written` once both are in place and is removed
+//! when the kubelet is verified. [`recover`] (run first by every `apply`) rolls a journal in
+//! `applying` back from the backups, so after any kill the pair (drop-in, state) is either
+//! all old or all new, and a backup is never removed while a journal needs it.
+//!
+//! Order: for RewriteState the kubelet is stopped before the state file is rewritten (a
+//! running kubelet rewrites its checkpoint from memory at every change) and started after;
+//! RestartOnly writes the drop-in and restarts. Then verify: the service is healthy, the
+//! kubelet's effective owned fields (config file + every drop-in) are the desired ones (a
+//! later drop-in may override ours), and the state file on disk is one the kubelet accepts
+//! under the new configuration. On failure: restore the backups, restart again, report
+//! `Failed` with the reason.
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use nodetopo_cli::diff::{self as cli_diff, kubelet};
+use nodetopo_engine::change::checkpoint::{self, CheckpointFormat};
+use nodetopo_engine::change::{
+    check_config, kubelet_start, plan_change, ChangeClass, ChangeInput, ChangePlan,
+    KubeletCpuState, OwnedConfig,
+};
+use serde::{Deserialize, Serialize};
+
+/// The suffix of backups.
+pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
+/// The journal's file name (beside the state file).
+pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
+
+/// How the kubelet service is driven.
+pub trait KubeletService {
+    /// Stops the kubelet.
+    fn stop(&mut self) -> Result<(), String>;
+    /// Starts the kubelet.
+    fn start(&mut self) -> Result<(), String>;
+    /// Whether it runs healthily after a start.
+    fn healthy(&mut self) -> Result<(), String>;
+}
+
+/// The kubelet as a systemd unit, through `systemctl`.
+pub struct Systemd {
+    /// The unit (`kubelet.service`).
+    pub unit: String,
+}
+
+fn run_argv(argv: &[String]) -> Result<(), String> {
+    let (cmd, args) = argv.split_first().ok_or("empty command")?;
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} exited with {}: {}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl KubeletService for Systemd {
+    fn stop(&mut self) -> Result<(), String> {
+        run_argv(&["systemctl".into(), "stop".into(), self.unit.clone()])
+    }
+    fn start(&mut self) -> Result<(), String> {
+        run_argv(&["systemctl".into(), "start".into(), self.unit.clone()])
+    }
+    fn healthy(&mut self) -> Result<(), String> {
+        run_argv(&[
+            "systemctl".into(),
+            "is-active".into(),
+            "--quiet".into(),
+            self.unit.clone(),
+        ])
+    }
+}
+
+/// Commands given on the command line (any init system; the tests' fake hooks).
+pub struct Commands {
+    /// Stop command.
+    pub stop: Vec<String>,
+    /// Start command.
+    pub start: Vec<String>,
+    /// Health command (empty: always healthy).
+    pub health: Vec<String>,
+}
+
+impl KubeletService for Commands {
+    fn stop(&mut self) -> Result<(), String> {
+        run_argv(&self.stop)
+    }
+    fn start(&mut self) -> Result<(), String> {
+        run_argv(&self.start)
+    }
+    fn healthy(&mut self) -> Result<(), String> {
+        if self.health.is_empty() {
+            Ok(())
+        } else {
+            run_argv(&self.health)
+        }
+    }
+}
+
+/// Records what it would do; changes nothing.
+#[derive(Default)]
+pub struct DryRun {
+    /// The actions, in order.
+    pub actions: Vec<String>,
+}
+
+impl KubeletService for DryRun {
+    fn stop(&mut self) -> Result<(), String> {
+        self.actions.push("stop the kubelet".into());
+        Ok(())
+    }
+    fn start(&mut self) -> Result<(), String> {
+        self.actions.push("start the kubelet".into());
+        Ok(())
+    }
+    fn healthy(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Where the kubelet's files are.
+#[derive(Debug, Clone)]
+pub struct KubeletFiles {
+    /// `--config`.
+    pub config: PathBuf,
+    /// `--config-dir`.
+    pub config_dir: PathBuf,
+    /// `cpu_manager_state`.
+    pub state: PathBuf,
+}
+
+impl KubeletFiles {
+    /// nodetopo's drop-in.
+    pub fn dropin(&self) -> PathBuf {
+        self.config_dir.join(kubelet::DROPIN_NAME)
+    }
+    fn journal(&self) -> PathBuf {
+        self.state
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(JOURNAL_NAME)
+    }
+}
+
+/// The backup path of a file.
+pub fn backup_of(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(BACKUP_SUFFIX);
+    PathBuf::from(s)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+struct Journal {
+    /// `applying` (new files may be partly in place: roll back) or `written` (both in place).
+    phase: String,
+    dropin_existed: bool,
+    state_existed: bool,
+    /// Whether this apply rewrites the state file.
+    writes_state: bool,
+}
+
+/// Writes `bytes` to `path` atomically with mode 0644.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.nodetopo-tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn read_opt(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn remove_durable(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Puts a file back from its backup (or removes it when it did not exist before).
+fn restore(path: &Path, existed: bool) -> anyhow::Result<()> {
+    if existed {
+        let b = backup_of(path);
+        let bytes = std::fs::read(&b)
+            .with_context(|| format!("reading the backup {} to restore", b.display()))?;
+        write_file_atomic(path, &bytes).with_context(|| format!("restoring {}", path.display()))
+    } else {
+        remove_durable(path)
+    }
+}
+
+fn read_journal(files: &KubeletFiles) -> anyhow::Result<Option<Journal>> {
+    let Some(bytes) = read_opt(&files.journal())? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .with_context(|| format!("the journal {} is damaged", files.journal().display()))
+}
+
+fn write_journal(files: &KubeletFiles, j: &Journal) -> anyhow::Result<()> {
+    let bytes = serde_json::to_vec(j)?;
+    write_file_atomic(&files.journal(), &bytes)
+        .with_context(|| format!("writing {}", files.journal().display()))
+}
+
+/// Removes temp files an apply killed between create and rename left behind (best effort:
+/// the kubelet ignores them, their names do not end in `.conf`).
+fn remove_stale_temps(files: &KubeletFiles) {
+    let own = format!(".nodetopo-tmp.{}", std::process::id());
+    let state_dir = files.state.parent().unwrap_or(Path::new("."));
+    for dir in [files.config_dir.as_path(), state_dir] {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.contains(".nodetopo-tmp.") && !name.ends_with(&own) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// What [`recover`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Recovery {
+    /// No interrupted apply.
+    Nothing,
+    /// An apply was interrupted before both files were in place: rolled back.
+    RolledBack,
+    /// An apply was interrupted after both files were in place: kept, kubelet started.
+    RolledForward,
+}
+
+/// Finishes or undoes an apply interrupted by a crash; always leaves the kubelet started
+/// when there was one to finish.
+pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Result<Recovery> {
+    remove_stale_temps(files);
+    let Some(j) = read_journal(files)? else {
+        return Ok(Recovery::Nothing);
+    };
+    let r = if j.phase == "written" {
+        Recovery::RolledForward
+    } else {
+        restore(&files.dropin(), j.dropin_existed)?;
+        if j.writes_state {
+            restore(&files.state, j.state_existed)?;
+        }
+        Recovery::RolledBack
+    };
+    // The kubelet may have been stopped by the interrupted apply.
+    svc.start()
+        .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
+    remove_durable(&files.journal())?;
+    Ok(r)
+}
+
+/// The outcome of an apply, with the Applied condition's reason.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyReport {
+    /// Applied condition status: `True` or `False`.
+    pub applied: bool,
+    /// `NoChange`, `RestartOnly`, `StateRewritten`, `WaitingForEviction`, `DrainRequired`,
+    /// `Failed`.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// What recovery did first.
+    pub recovery: Recovery,
+    /// The plan.
+    pub plan: ChangePlan,
+    /// Dry-run: what would be done.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
+}
+
+/// The desired owned fields as the drop-in writes them: the reserved set explicit.
+fn resolved_desired(
+    topology: &nodetopo_engine::CpuTopology,
+    desired: &OwnedConfig,
+) -> anyhow::Result<OwnedConfig> {
+    let checked = check_config(topology, desired, "desired")?;
+    let mut out = desired.normalized();
+    if let Some(p) = &checked.policy {
+        out.reserved_system_cpus = p.reserved().clone();
+        out.reserved_cpu_count = None;
+    }
+    Ok(out)
+}
+
+/// Everything an apply needs.
+pub struct ApplyInput<'a> {
+    /// The machine.
+    pub topology: &'a nodetopo_engine::CpuTopology,
+    /// Where the kubelet's files are.
+    pub files: &'a KubeletFiles,
+    /// Pods on the node.
+    pub pods: &'a [nodetopo_engine::Pod],
+    /// The owned fields wanted.
+    pub desired: &'a OwnedConfig,
+    /// Record instead of act.
+    pub dry_run: bool,
+}
+
+fn report(
+    applied: bool,
+    reason: &str,
+    message: String,
+    recovery: Recovery,
+    plan: ChangePlan,
+) -> ApplyReport {
+    ApplyReport {
+        applied,
+        reason: reason.into(),
+        message,
+        recovery,
+        plan,
+        actions: vec![],
+    }
+}
+
+/// Plans and carries out the change.
+pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Result<ApplyReport> {
+    let files = input.files;
+    let recovery = if input.dry_run {
+        Recovery::Nothing
+    } else {
+        recover(files, svc)?
+    };
+    let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
+    let read = cli_diff::read_state(&files.state)?;
+    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.format);
+    let state: Option<KubeletCpuState> = read.map(|r| r.state);
+    let plan = plan_change(ChangeInput {
+        topology: input.topology,
+        current: &current,
+        state: state.as_ref(),
+        pods: input.pods,
+        desired: input.desired,
+    })?;
+    let desired = resolved_desired(input.topology, input.desired)?;
+    let first = plan
+        .steps
+        .first()
+        .map(|s| s.reason.clone())
+        .unwrap_or_default();
+    match plan.class {
+        ChangeClass::NoChange => return Ok(report(true, "NoChange", first, recovery, plan)),
+        ChangeClass::EvictFirst => {
+            return Ok(report(false, "WaitingForEviction", first, recovery, plan))
+        }
+        ChangeClass::Drain => return Ok(report(false, "DrainRequired", first, recovery, plan)),
+        ChangeClass::RestartOnly | ChangeClass::RewriteState => {}
+    }
+    let new_state = plan
+        .new_state
+        .as_ref()
+        .map(|s| checkpoint::render(s, format));
+    let dropin = kubelet::render_dropin(&desired);
+    if input.dry_run {
+        let mut actions = Vec::new();
+        if new_state.is_some() {
+            actions.push("stop the kubelet".to_string());
+            actions.push(format!(
+                "back up {} to {}",
+                files.state.display(),
+                backup_of(&files.state).display()
+            ));
+            actions.push(format!("rewrite {}", files.state.display()));
+        }
+        actions.push(format!("write {} (mode 0644)", files.dropin().display()));
+        actions.push(if new_state.is_some() {
+            "start the kubelet".into()
+        } else {
+            "restart the kubelet".into()
+        });
+        let mut r = report(false, "DryRun", first, recovery, plan);
+        r.actions = actions;
+        return Ok(r);
+    }
+    let reason = if new_state.is_some() {
+        "StateRewritten"
+    } else {
+        "RestartOnly"
+    };
+    match carry_out(files, &dropin, new_state.as_deref(), input, &desired, svc) {
+        Ok(()) => Ok(report(true, reason, first, recovery, plan)),
+        Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
+    }
+}
+
+/// Backs up, writes, restarts, verifies; on failure rolls back and restarts again.
+fn carry_out(
+    files: &KubeletFiles,
+    dropin: &str,
+    new_state: Option<&str>,
+    input: &ApplyInput<'_>,
+    desired: &OwnedConfig,
+    svc: &mut dyn KubeletService,
+) -> Result<(), String> {
+    let e = |what: &str, err: anyhow::Error| format!("{what}: {err:#}");
+    let dropin_path = files.dropin();
+    let old_dropin = read_opt(&dropin_path).map_err(|x| e("reading the drop-in", x))?;
+    let old_state = read_opt(&files.state).map_err(|x| e("reading the state", x))?;
+    // 1. Backups, durable, before anything changes.
+    if let Some(b) = &old_dropin {
+        write_file_atomic(&backup_of(&dropin_path), b)
+            .map_err(|x| format!("backing up the drop-in: {x}"))?;
+    }
+    if new_state.is_some() {
+        if let Some(b) = &old_state {
+            write_file_atomic(&backup_of(&files.state), b)
+                .map_err(|x| format!("backing up the state: {x}"))?;
+        }
+    }
+    // 2. The journal: from here a crash rolls back.
+    let mut journal = Journal {
+        phase: "applying".into(),
+        dropin_existed: old_dropin.is_some(),
+        state_existed: old_state.is_some(),
+        writes_state: new_state.is_some(),
+    };
+    write_journal(files, &journal).map_err(|x| e("writing the journal", x))?;
+    let rollback = |svc: &mut dyn KubeletService, why: String| -> String {
+        let mut msg = why;
+        let undo = (|| -> anyhow::Result<()> {
+            let _ = svc.stop();
+            restore(&dropin_path, journal.dropin_existed)?;
+            if journal.writes_state {
+                restore(&files.state, journal.state_existed)?;
+            }
+            Ok(())
+        })();
+        match undo {
+            Ok(()) => msg.push_str("; the previous configuration and state were restored"),
+            Err(x) => msg.push_str(&format!("; restoring the backups failed too: {x:#}")),
+        }
+        match svc.start() {
+            Ok(()) => msg.push_str(" and the kubelet restarted"),
+            Err(x) => msg.push_str(&format!(", but restarting the kubelet failed: {x}")),
+        }
+        if remove_durable(&files.journal()).is_err() {
+            msg.push_str(" (the journal could not be removed; the next apply rolls back again)");
+        }
+        msg
+    };
+    // 3. Stop, write, start.
+    if let Err(x) = svc.stop() {
+        return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
+    }
+    if let Some(s) = new_state {
+        if let Err(x) = write_file_atomic(&files.state, s.as_bytes()) {
+            return Err(rollback(svc, format!("writing the state failed: {x}")));
+        }
+    }
+    if let Err(x) = write_file_atomic(&dropin_path, dropin.as_bytes()) {
+        return Err(rollback(svc, format!("writing the drop-in failed: {x}")));
+    }
+    journal.phase = "written".into();
+    if let Err(x) = write_journal(files, &journal) {
+        return Err(rollback(svc, format!("{x:#}")));
+    }
+    if let Err(x) = svc.start() {
+        return Err(rollback(svc, format!("starting the kubelet failed: {x}")));
+    }
+    // 4. Verify.
+    if let Err(why) = verify(files, input, desired, svc) {
+        return Err(rollback(svc, format!("verification failed: {why}")));
+    }
+    remove_durable(&files.journal()).map_err(|x| e("removing the journal", x))?;
+    Ok(())
+}
+
+/// The kubelet is healthy, runs the desired owned fields, and its state file is accepted.
+fn verify(
+    files: &KubeletFiles,
+    input: &ApplyInput<'_>,
+    desired: &OwnedConfig,
+    svc: &mut dyn KubeletService,
+) -> Result<(), String> {
+    svc.healthy()
+        .map_err(|e| format!("the kubelet is not healthy: {e}"))?;
+    let effective = kubelet::read_effective(&files.config, Some(&files.config_dir))
+        .map_err(|e| format!("{e:#}"))?;
+    let mut eff = effective.normalized();
+    if eff.reserved_system_cpus.is_empty() {
+        eff = resolved_desired(input.topology, &eff).map_err(|e| format!("{e:#}"))?;
+    }
+    if &eff != desired {
+        return Err(format!(
+            "the kubelet's effective configuration differs from the desired one (a later drop-in in {} overrides {}): {}",
+            files.config_dir.display(),
+            kubelet::DROPIN_NAME,
+            nodetopo_engine::change::config_diff(desired, &eff).join("; ")
+        ));
+    }
+    let state = cli_diff::read_state(&files.state).map_err(|e| format!("{e:#}"))?;
+    let cfg = check_config(input.topology, desired, "desired").map_err(|e| e.to_string())?;
+    kubelet_start(&cfg, state.as_ref().map(|r| &r.state))
+        .map_err(|e| format!("the state file is not one the kubelet accepts: {e}"))?;
+    Ok(())
+}
+
+/// Arguments of `apply`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The directory that plays /sys.
+    #[arg(long, default_value = "/sys", conflicts_with = "preset")]
+    pub sysfs_root: PathBuf,
+    /// A built-in machine instead of this one (tests).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// The kubelet's configuration file.
+    #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
+    pub kubelet_config: PathBuf,
+    /// The kubelet's drop-in directory.
+    #[arg(long, default_value = kubelet::DEFAULT_CONFIG_DIR)]
+    pub kubelet_config_dir: PathBuf,
+    /// The CPU manager checkpoint.
+    #[arg(long, default_value = "/var/lib/kubelet/cpu_manager_state")]
+    pub state: PathBuf,
+    /// Pods on the node (YAML; repeatable).
+    #[arg(long)]
+    pub pods: Vec<PathBuf>,
+    /// The NodeResourcePolicy (YAML).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// How to restart the kubelet.
+    #[arg(long, value_enum, default_value_t = RestartMode::Systemd)]
+    pub restart: RestartMode,
+    /// systemd unit.
+    #[arg(long, default_value = "kubelet.service")]
+    pub unit: String,
+    /// `--restart command`: stop command (whitespace-separated argv).
+    #[arg(long)]
+    pub stop_command: Option<String>,
+    /// `--restart command`: start command.
+    #[arg(long)]
+    pub start_command: Option<String>,
+    /// `--restart command`: health command (optional).
+    #[arg(long)]
+    pub health_command: Option<String>,
+    /// Only finish or undo an interrupted apply, then exit.
+    #[arg(long)]
+    pub recover_only: bool,
+}
+
+/// How `apply` drives the kubelet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RestartMode {
+    /// systemctl stop/start/is-active on the unit.
+    Systemd,
+    /// The given commands.
+    Command,
+    /// Record what would be done; change nothing.
+    DryRun,
+}
+
+fn argv(s: &Option<String>, flag: &str) -> anyhow::Result<Vec<String>> {
+    match s {
+        Some(s) => Ok(s.split_whitespace().map(String::from).collect()),
+        None => bail!("--restart command needs {flag}"),
+    }
+}
+
+/// Runs `apply`; prints the report as JSON. Exit 0 when applied (or nothing to do), 1 when
+/// not applied (waiting, drain required, failed, dry run).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let files = KubeletFiles {
+        config: args.kubelet_config.clone(),
+        config_dir: args.kubelet_config_dir.clone(),
+        state: args.state.clone(),
+    };
+    let mut svc: Box<dyn KubeletService> = match args.restart {
+        RestartMode::Systemd => Box::new(Systemd {
+            unit: args.unit.clone(),
+        }),
+        RestartMode::Command => Box::new(Commands {
+            stop: argv(&args.stop_command, "--stop-command")?,
+            start: argv(&args.start_command, "--start-command")?,
+            health: args
+                .health_command
+                .as_deref()
+                .map(|s| s.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+        }),
+        RestartMode::DryRun => Box::new(DryRun::default()),
+    };
+    if args.recover_only {
+        let r = recover(&files, svc.as_mut())?;
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let policy = args
+        .policy
+        .as_ref()
+        .context("--policy is required (unless --recover-only)")?;
+    let topology = cli_diff::machine(args.preset.as_deref(), Some(&args.sysfs_root))?;
+    let pods = cli_diff::read_pods(&args.pods)?;
+    let text = nodetopo_engine::files::read_text_bounded(policy, kubelet::MAX_CONFIG_BYTES)
+        .map_err(|e| anyhow::anyhow!("--policy {}: the file {e}", policy.display()))?;
+    let desired = kubelet::desired_from_policy(&text, policy)?;
+    let report = apply(
+        &ApplyInput {
+            topology: &topology,
+            files: &files,
+            pods: &pods,
+            desired: &desired,
+            dry_run: args.restart == RestartMode::DryRun,
+        },
+        svc.as_mut(),
+    )?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(if report.applied {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

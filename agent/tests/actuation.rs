@@ -1,0 +1,350 @@
+//! `nodetopo-agent apply` (the local executor) on a temporary kubelet directory with fake
+//! restart hooks: success for RestartOnly and RewriteState, a failed start and an unhealthy
+//! kubelet (both restored), a later drop-in overriding ours (restored), the plans it must
+//! not carry out (EvictFirst, Drain), dry run, and kill -9 at random points of an apply
+//! (`NODETOPO_APPLY_KILLS`, default 120): after recovery the pair (drop-in, state) is all old
+//! or all new, and a rewritten state always has its backup.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
+}
+
+struct Kubelet {
+    dir: tempfile::TempDir,
+}
+
+impl Kubelet {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("conf.d")).unwrap();
+        fs::create_dir_all(dir.path().join("lib")).unwrap();
+        fs::copy(
+            examples().join("kubelet-config.yaml"),
+            dir.path().join("config.yaml"),
+        )
+        .unwrap();
+        fs::copy(
+            examples().join("cpu_manager_state"),
+            dir.path().join("lib/cpu_manager_state"),
+        )
+        .unwrap();
+        Kubelet { dir }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn cmd(&self, policy: &str, hooks: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("apply")
+            .args(["--preset", "epyc-7303-2p"])
+            .arg("--kubelet-config")
+            .arg(self.p("config.yaml"))
+            .arg("--kubelet-config-dir")
+            .arg(self.p("conf.d"))
+            .arg("--state")
+            .arg(self.p("lib/cpu_manager_state"))
+            .arg("--pods")
+            .arg(examples().join("pods.yaml"))
+            .arg("--policy")
+            .arg(examples().join(policy))
+            .args(hooks);
+        c
+    }
+    fn apply(&self, policy: &str, hooks: &[&str]) -> (Output, serde_json::Value) {
+        let out = self.cmd(policy, hooks).output().unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{policy}: no JSON report; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, v)
+    }
+    fn read(&self, rel: &str) -> Option<Vec<u8>> {
+        fs::read(self.p(rel)).ok()
+    }
+}
+
+const OK_HOOKS: [&str; 6] = [
+    "--restart",
+    "command",
+    "--stop-command",
+    "true",
+    "--start-command",
+    "true",
+];
+
+fn original_state() -> Vec<u8> {
+    fs::read(examples().join("cpu_manager_state")).unwrap()
+}
+
+#[test]
+fn local_executor_cases() {
+    let mut n = 0;
+    // RewriteState: state rewritten with a backup, drop-in 0644, journal gone.
+    let k = Kubelet::new();
+    let (out, v) = k.apply("policy-strict.yaml", &OK_HOOKS);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "StateRewritten");
+    let dropin = k.p("conf.d/90-nodetopo.conf");
+    let text = fs::read_to_string(&dropin).unwrap();
+    assert!(text.contains("apiVersion: kubelet.config.k8s.io/v1beta1"));
+    assert!(text.contains("kind: KubeletConfiguration"));
+    assert!(text.contains("\"strict-cpu-reservation\": \"true\""));
+    assert_eq!(
+        fs::metadata(&dropin).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    assert_eq!(
+        k.read("lib/cpu_manager_state.nodetopo-backup").unwrap(),
+        original_state()
+    );
+    assert!(k.read("lib/cpu_manager_state").unwrap() != original_state());
+    assert!(k.read("lib/nodetopo-apply.journal").is_none());
+    // Applying again changes nothing.
+    let (out, v) = k.apply("policy-strict.yaml", &OK_HOOKS);
+    assert!(out.status.success());
+    assert_eq!(v["reason"], "NoChange");
+    n += 2;
+
+    // RestartOnly: only the drop-in; the state is not touched and not backed up.
+    let k = Kubelet::new();
+    let (out, v) = k.apply("policy-restart.yaml", &OK_HOOKS);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "RestartOnly");
+    assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
+    assert!(k.read("lib/cpu_manager_state.nodetopo-backup").is_none());
+    assert!(k.read("conf.d/90-nodetopo.conf").is_some());
+    n += 1;
+
+    // A start that fails: everything restored, Failed with the reason.
+    let k = Kubelet::new();
+    let (out, v) = k.apply(
+        "policy-strict.yaml",
+        &[
+            "--restart",
+            "command",
+            "--stop-command",
+            "true",
+            "--start-command",
+            "false",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(v["reason"], "Failed");
+    let msg = v["message"].as_str().unwrap();
+    assert!(msg.contains("starting the kubelet failed"), "{msg}");
+    assert!(msg.contains("restored"), "{msg}");
+    assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    assert_eq!(
+        k.read("lib/cpu_manager_state.nodetopo-backup").unwrap(),
+        original_state()
+    );
+    n += 1;
+
+    // Started but not healthy: restored.
+    let k = Kubelet::new();
+    let (out, v) = k.apply(
+        "policy-strict.yaml",
+        &[
+            "--restart",
+            "command",
+            "--stop-command",
+            "true",
+            "--start-command",
+            "true",
+            "--health-command",
+            "false",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        v["message"].as_str().unwrap().contains("not healthy"),
+        "{v:#}"
+    );
+    assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
+    n += 1;
+
+    // A later drop-in overrides an owned field: verification fails, restored; a drop-in that
+    // was there before ours is restored byte for byte.
+    let k = Kubelet::new();
+    fs::write(
+        k.p("conf.d/99-site.conf"),
+        "topologyManagerPolicy: restricted\n",
+    )
+    .unwrap();
+    fs::write(k.p("conf.d/90-nodetopo.conf"), "cpuManagerPolicy: static\n").unwrap();
+    let (out, v) = k.apply("policy-restart.yaml", &OK_HOOKS);
+    assert_eq!(out.status.code(), Some(1));
+    let msg = v["message"].as_str().unwrap();
+    assert!(msg.contains("overrides"), "{msg}");
+    assert_eq!(
+        k.read("conf.d/90-nodetopo.conf").unwrap(),
+        b"cpuManagerPolicy: static\n"
+    );
+    n += 1;
+
+    // Plans the local executor must not carry out.
+    for (policy, reason) in [
+        ("policy-evict.yaml", "WaitingForEviction"),
+        ("policy-drain.yaml", "DrainRequired"),
+    ] {
+        let k = Kubelet::new();
+        let (out, v) = k.apply(policy, &OK_HOOKS);
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(v["reason"], reason);
+        assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+        assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
+        n += 1;
+    }
+
+    // Dry run: records, writes nothing.
+    let k = Kubelet::new();
+    let (_, v) = k.apply("policy-strict.yaml", &["--restart", "dry-run"]);
+    assert_eq!(v["reason"], "DryRun");
+    let actions: Vec<&str> = v["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(actions.first(), Some(&"stop the kubelet"));
+    assert!(actions.iter().any(|a| a.starts_with("rewrite")));
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    assert!(k.read("lib/cpu_manager_state.nodetopo-backup").is_none());
+    n += 1;
+    println!("local executor: {n} cases checked");
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn wait_with_kill(mut child: std::process::Child, after: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if start.elapsed() >= after {
+            // SIGKILL, as kill -9.
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn snapshot(k: &Kubelet) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    (
+        k.read("conf.d/90-nodetopo.conf"),
+        k.read("lib/cpu_manager_state"),
+    )
+}
+
+#[test]
+fn kill_9_during_apply_leaves_old_or_new() {
+    let kills: usize = std::env::var("NODETOPO_APPLY_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let seed = std::env::var("NODETOPO_APPLY_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0013_u64);
+    let mut rng = Rng(seed);
+    // Slow hooks so that kill points fall between every step, not only before the first.
+    let hooks = [
+        "--restart",
+        "command",
+        "--stop-command",
+        "sleep 0.02",
+        "--start-command",
+        "sleep 0.02",
+    ];
+    let mut expected = Vec::new();
+    for policy in ["policy-strict.yaml", "policy-restart.yaml"] {
+        let k = Kubelet::new();
+        let old = snapshot(&k);
+        let t = Instant::now();
+        let (out, v) = k.apply(policy, &hooks);
+        assert!(out.status.success(), "{v:#}");
+        expected.push((policy, old, snapshot(&k), t.elapsed()));
+    }
+    let (mut old_seen, mut new_seen, mut finished, mut tmp_left) = (0, 0, 0, 0);
+    for i in 0..kills {
+        let (policy, old, new, full) = &expected[i % expected.len()];
+        let k = Kubelet::new();
+        let child = k
+            .cmd(policy, &hooks)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let at = Duration::from_micros(rng.next() % (full.as_micros() as u64 + 1000));
+        if !wait_with_kill(child, at) {
+            finished += 1;
+        }
+        // What the agent does first at its next start.
+        let rec = Command::new(BIN)
+            .args(["apply", "--recover-only", "--state"])
+            .arg(k.p("lib/cpu_manager_state"))
+            .arg("--kubelet-config-dir")
+            .arg(k.p("conf.d"))
+            .args(OK_HOOKS)
+            .output()
+            .unwrap();
+        assert!(
+            rec.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
+        let now = snapshot(&k);
+        if &now == old {
+            old_seen += 1;
+        } else if &now == new {
+            new_seen += 1;
+            if policy.contains("strict") {
+                assert_eq!(
+                    k.read("lib/cpu_manager_state.nodetopo-backup").as_deref(),
+                    old.1.as_deref(),
+                    "kill {i} at {at:?}: the new state has no backup of the old one"
+                );
+            }
+        } else {
+            panic!("kill {i} ({policy}) at {at:?}: a mix of old and new: {now:?}");
+        }
+        assert!(k.read("lib/nodetopo-apply.journal").is_none());
+        tmp_left += fs::read_dir(k.p("conf.d"))
+            .unwrap()
+            .chain(fs::read_dir(k.p("lib")).unwrap())
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().contains("nodetopo-tmp"))
+            })
+            .count();
+    }
+    println!(
+        "apply kill -9: {kills} kill points (seed {seed:#x}): {old_seen} left the old pair, {new_seen} the new pair, {finished} finished before the kill; {tmp_left} temp files left after recovery"
+    );
+    assert!(
+        old_seen > 0 && new_seen > 0,
+        "kill points did not cover the apply"
+    );
+}
