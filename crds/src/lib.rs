@@ -15,6 +15,7 @@ pub mod conditions;
 pub mod config;
 pub mod generate;
 pub mod nodetopology;
+pub mod nrt;
 pub mod policy;
 pub mod rules;
 pub mod validation;
