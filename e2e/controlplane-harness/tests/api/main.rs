@@ -7,4 +7,5 @@ mod common;
 mod crds;
 mod differential;
 mod helm;
+mod nrt;
 mod security;
