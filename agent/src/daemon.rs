@@ -18,6 +18,7 @@ pub mod kube;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
+pub mod nrt;
 pub mod state_dir;
 pub mod validate;
 
@@ -58,6 +59,11 @@ pub struct Args {
     /// Node name (cluster mode).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// Cluster mode: also publish a NodeResourceTopology (topology.node.k8s.io/v1alpha2)
+    /// named after the node, for the topology-aware scheduler plugins (needs its CRD and
+    /// the chart's `nrt.enabled` RBAC).
+    #[arg(long, env = "NODETOPO_NRT")]
+    pub nrt: bool,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.

@@ -233,6 +233,17 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
+    // NodeResourceTopology (--nrt): its own writer, fed the object of each published cycle.
+    let nrt_tx = args.nrt.then(|| {
+        let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(super::nrt::writer(
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            node.clone(),
+            nrt_rx,
+        ));
+        nrt_tx
+    });
     let mut events = futures::stream::select(
         pod_events(client.clone(), &node).boxed(),
         spec_events(client, &node).boxed(),
@@ -267,6 +278,14 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         }
         let started = std::time::Instant::now();
         if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
+            if let Some(nrt_tx) = &nrt_tx {
+                match super::nrt::desired(&core, &status, &node) {
+                    Ok(obj) => {
+                        let _ = nrt_tx.send(Some(obj));
+                    }
+                    Err(e) => tracing::info!("NodeResourceTopology {node} not written: {e}"),
+                }
+            }
             let _ = tx.send(Some(status.clone()));
             cycle.published(status);
         }
