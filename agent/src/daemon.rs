@@ -19,6 +19,7 @@ pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
 pub mod nrt;
+pub mod podresources;
 pub mod state_dir;
 pub mod validate;
 
@@ -64,6 +65,10 @@ pub struct Args {
     /// the chart's `nrt.enabled` RBAC).
     #[arg(long, env = "NODETOPO_NRT")]
     pub nrt: bool,
+    /// With --nrt: the kubelet's PodResources socket, read for the exclusive CPUs it
+    /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
+    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    pub pod_resources_socket: PathBuf,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.

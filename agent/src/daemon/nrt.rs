@@ -3,11 +3,11 @@
 //! state as NodeTopology status, and written by a task of its own.
 //!
 //! - [`desired`] is pure: the core's applied spec, pools and allocation records, and the
-//!   kubelet's own CPU manager state where it is readable, into the object. With the
-//!   kubelet's checkpoint readable, the exclusive CPUs are the kubelet's (source
-//!   `Checkpoint`), and a kubelet running CPU manager policy `none` is published as such
-//!   (nothing pinned) whatever nodetopo's spec says; otherwise the agent's own admissions
-//!   (source `Agent`).
+//!   kubelet's own view where it is readable, into the object. The exclusive CPUs are, in
+//!   order of preference, the kubelet's PodResources API's (source `PodResources`), its
+//!   CPU manager checkpoint's (`Checkpoint`), or the agent's own admissions (`Agent`); a
+//!   kubelet running CPU manager policy `none` is published as such (nothing pinned)
+//!   whatever nodetopo's spec says.
 //! - [`writer`] applies it (server-side apply, field manager `nodetopo-agent`, not forced:
 //!   a conflict with another producer such as NFD's topology-updater is logged, never
 //!   overridden), with an owner reference to the Node, only when it differs from what was
@@ -27,14 +27,18 @@ use nodetopo_crds::nrt::{
 use nodetopo_crds::{NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuSet;
 
+use nodetopo_engine::admission::CpuManagerConfig;
+
 use super::config::node_config;
 use super::core::Core;
+use super::podresources::KubeletView;
 
 /// The object for the core's current state, or why there is none yet (no spec applied, a
 /// spec that does not apply, or inputs the builder refuses).
 pub fn desired(
     core: &Core,
     status: &NodeTopologyStatus,
+    podresources: Option<&KubeletView>,
     node: &str,
 ) -> Result<NodeResourceTopology, String> {
     let spec = core
@@ -49,8 +53,38 @@ pub fn desired(
         .allocations()
         .map(|a| (a.pod_uid.as_str(), a.pod.as_str()))
         .collect();
-    let (cpu, pods, source) = match &status.kubelet {
-        Some(k) => {
+    let (cpu, pods, source) = match (podresources, &status.kubelet) {
+        // The kubelet's PodResources API: its exclusive CPUs and the pods holding them, by
+        // name. The policy comes from its checkpoint where readable, else from the spec.
+        (Some(v), kubelet) => {
+            let policy_none = match kubelet {
+                Some(k) => k.policy_name == "none",
+                None => matches!(config.cpu, CpuManagerConfig::None),
+            };
+            let cpu = if policy_none {
+                CpuAccounting::PolicyNone {
+                    reserved: pools.reserved.clone(),
+                }
+            } else {
+                let options = match from_engine::cpu_accounting(&config.cpu, &pools) {
+                    CpuAccounting::Static { options, .. } => options,
+                    CpuAccounting::PolicyNone { .. } => Default::default(),
+                };
+                CpuAccounting::Static {
+                    reserved: pools.reserved.clone(),
+                    exclusive: v.exclusive(),
+                    options,
+                }
+            };
+            let mut pods: Vec<(String, String)> = v
+                .containers
+                .iter()
+                .map(|c| (c.namespace.clone(), c.pod.clone()))
+                .collect();
+            pods.dedup();
+            (cpu, pods, AllocationSource::PodResources)
+        }
+        (None, Some(k)) => {
             let cpu = if k.policy_name == "none" {
                 CpuAccounting::PolicyNone {
                     reserved: pools.reserved.clone(),
@@ -95,7 +129,7 @@ pub fn desired(
             pods.dedup();
             (cpu, pods, AllocationSource::Checkpoint)
         }
-        None => (
+        (None, None) => (
             from_engine::cpu_accounting(&config.cpu, &pools),
             from_engine::fingerprint_pods(core.allocations()),
             AllocationSource::Agent,

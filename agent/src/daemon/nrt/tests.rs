@@ -10,7 +10,7 @@ use nodetopo_crds::{
     CpuManagerConfig, CpuManagerPolicy, KubeletAssignment, KubeletObserved, NodeTopologySpec,
     TopologyManagerConfig,
 };
-use nodetopo_engine::{Container, Pod, ResourceList};
+use nodetopo_engine::{Container, CpuSet, Pod, ResourceList};
 
 use super::*;
 use crate::daemon::core::{Event, PodInfo};
@@ -79,7 +79,10 @@ fn follows_agent_then_kubelet_then_policy_none() {
     let cpus = topo.all_cpus().len();
     let mut core = Core::new(topo, None, None);
     let st = core.status(&[], &now());
-    assert!(desired(&core, &st, "n1").is_err(), "no spec yet: nothing");
+    assert!(
+        desired(&core, &st, None, "n1").is_err(),
+        "no spec yet: nothing"
+    );
 
     core.apply(Event::Spec(Some((spec(), Some(1)))));
     core.apply(Event::PodsSynced(vec![
@@ -88,7 +91,7 @@ fn follows_agent_then_kubelet_then_policy_none() {
     ]));
     assert!(core.reconcile());
     let mut st = core.status(&[], &now());
-    let o = desired(&core, &st, "n1").expect("object");
+    let o = desired(&core, &st, None, "n1").expect("object");
     assert_eq!(o.metadata.name.as_deref(), Some("n1"));
     assert_eq!(available(&o), cpus - 2 - 6, "reserved 2, exclusive 4 + 2");
     assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("Agent"));
@@ -105,7 +108,7 @@ fn follows_agent_then_kubelet_then_policy_none() {
             cpus: "1-3".into(),
         }],
     });
-    let o = desired(&core, &st, "n1").expect("object");
+    let o = desired(&core, &st, None, "n1").expect("object");
     assert_eq!(available(&o), cpus - 2 - 3);
     assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("Checkpoint"));
     let only_a: PodFingerprint = [("default", "a")].into_iter().collect();
@@ -117,7 +120,7 @@ fn follows_agent_then_kubelet_then_policy_none() {
         default_cpu_set: String::new(),
         assignments: vec![],
     });
-    let o = desired(&core, &st, "n1").expect("object");
+    let o = desired(&core, &st, None, "n1").expect("object");
     assert_eq!(available(&o), cpus - 2);
     assert_eq!(o.attribute(ATTR_CPU_MANAGER_POLICY), Some("none"));
     assert_eq!(o.attribute(ATTR_CPU_AVAILABLE), Some("not-pinned"));
@@ -132,8 +135,26 @@ fn follows_agent_then_kubelet_then_policy_none() {
             cpus: "3-1".into(),
         }],
     });
-    let e = desired(&core, &st, "n1").expect_err("refused");
+    let e = desired(&core, &st, None, "n1").expect_err("refused");
     assert!(e.contains("u-a/app") && e.contains("3-1"), "{e}");
+
+    // The PodResources API, when readable, wins: its CPUs and its pods (by name).
+    st.kubelet = None;
+    let view = crate::daemon::podresources::KubeletView {
+        allocatable_cpus: CpuSet::new(),
+        containers: vec![crate::daemon::podresources::ContainerCpus {
+            namespace: "other".into(),
+            pod: "x".into(),
+            container: "c".into(),
+            cpus: CpuSet::parse("10-11").expect("set"),
+        }],
+        memory: vec![],
+    };
+    let o = desired(&core, &st, Some(&view), "n1").expect("object");
+    assert_eq!(available(&o), cpus - 2 - 2);
+    assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("PodResources"));
+    let x: PodFingerprint = [("other", "x")].into_iter().collect();
+    assert_eq!(o.attribute(ATTRIBUTE), Some(x.sign().as_str()));
 
     let owned = owned_by_node(o, "n1", "uid-1");
     let r = &owned.metadata.owner_references.as_ref().expect("owner")[0];
