@@ -354,6 +354,19 @@ agent_allowed = {
     ("nodetopo.io", "nodetopologies/status"): {"get", "patch", "update"},
     ("", "pods"): READ,
 }
+# nrt.enabled (the agent runs with --nrt): its NodeResourceTopology, and Nodes read for the
+# owner reference's UID; nothing of either without it.
+agent_args = [a for w in by_kind("DaemonSet") if component(w) == "agent"
+              for c in w["spec"]["template"]["spec"].get("containers", []) for a in c.get("args", [])]
+nrt_on = "--nrt" in agent_args
+if nrt_on:
+    agent_allowed[("topology.node.k8s.io", "noderesourcetopologies")] = {"get", "create", "patch"}
+    agent_allowed[("", "nodes")] = {"get"}
+    check(agent.get(("topology.node.k8s.io", "noderesourcetopologies"), set()) >= {"create", "patch"},
+          "agent (nrt): may create and patch NodeResourceTopology (server-side apply)")
+else:
+    check(("topology.node.k8s.io", "noderesourcetopologies") not in agent,
+          "agent: no NodeResourceTopology access without nrt.enabled")
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
     allowed = agent_allowed.get((group, res), set())
@@ -362,7 +375,8 @@ check(not agent.get(("nodetopo.io", "nodetopologies"), set()) & {"create", "upda
       "agent: no create/update/patch/delete on NodeTopology (only its status)")
 check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
       "agent: may patch NodeTopology status (server-side apply)")
-check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
+if not nrt_on:
+    check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
 check(not {k for k in agent if k[1] == "events"}, "agent: no cluster-wide Events")
 agent_roles = [d for d in by_kind("Role") if component(d) == "agent"]
 check(len(agent_roles) == 1 and agent_roles[0]["metadata"].get("namespace") == NS,
@@ -498,6 +512,9 @@ if crds:
           f"CRDs define the resources RBAC names: {sorted(names)}")
     for c in crds:
         check(c["spec"].get("scope") == "Cluster", f"CRD {c['metadata']['name']} is cluster-scoped")
+        if c["spec"]["group"] != "nodetopo.io":
+            # Upstream's NodeResourceTopology CRD (nrt.installCRD): byte-identical, no status.
+            continue
         # RBAC grants writes on <plural>/status: every served version must have that subresource.
         check(all("status" in (v.get("subresources") or {}) for v in c["spec"]["versions"]),
               f"CRD {c['metadata']['name']} has the status subresource")

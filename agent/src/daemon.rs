@@ -18,6 +18,8 @@ pub mod kube;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
+pub mod nrt;
+pub mod podresources;
 pub mod restore;
 pub mod state_dir;
 pub mod validate;
@@ -59,6 +61,15 @@ pub struct Args {
     /// Node name (cluster mode).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// Cluster mode: also publish a NodeResourceTopology (topology.node.k8s.io/v1alpha2)
+    /// named after the node, for the topology-aware scheduler plugins (needs its CRD and
+    /// the chart's `nrt.enabled` RBAC).
+    #[arg(long, env = "NODETOPO_NRT")]
+    pub nrt: bool,
+    /// With --nrt: the kubelet's PodResources socket, read for the exclusive CPUs it
+    /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
+    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    pub pod_resources_socket: PathBuf,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.

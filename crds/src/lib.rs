@@ -17,6 +17,7 @@ pub mod conditions;
 pub mod config;
 pub mod generate;
 pub mod nodetopology;
+pub mod nrt;
 pub mod policy;
 pub mod rollout;
 pub mod rules;

@@ -769,6 +769,16 @@ impl Core {
     pub fn allocations(&self) -> impl Iterator<Item = &AllocationReport> {
         self.admitted.values().flatten()
     }
+
+    /// The NodeTopology spec last received, if any (it may not apply: see `status`).
+    pub fn spec(&self) -> Option<&NodeTopologySpec> {
+        self.spec.as_ref()
+    }
+
+    /// The machine.
+    pub fn topology(&self) -> &CpuTopology {
+        &self.topology
+    }
 }
 
 /// Whether showing the kubelet's CPUs for the pods it holds, beside nodetopo's for the others,

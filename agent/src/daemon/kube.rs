@@ -169,6 +169,21 @@ async fn status_writer(
     }
 }
 
+/// The kubelet's PodResources view for NodeResourceTopology, or `None` (logged) when the
+/// socket is not configured or not readable within 500 ms.
+async fn read_podresources(socket: &std::path::Path) -> Option<super::podresources::KubeletView> {
+    if socket.as_os_str().is_empty() {
+        return None;
+    }
+    match super::podresources::read(socket, Duration::from_millis(500)).await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::debug!("{e}");
+            None
+        }
+    }
+}
+
 /// Cluster mode until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let node = args
@@ -233,6 +248,18 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
+    // NodeResourceTopology (--nrt): its own writer, fed the object of each published cycle.
+    let nrt_tx = args.nrt.then(|| {
+        let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(super::nrt::writer(
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            node.clone(),
+            nrt_rx,
+        ));
+        nrt_tx
+    });
+    let mut podres_due = true;
     let mut events = futures::stream::select(
         pod_events(client.clone(), &node).boxed(),
         spec_events(client, &node).boxed(),
@@ -250,6 +277,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             },
             _ = kubelet_tick.tick() => {
                 core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
+                podres_due = true;
             }
             _ = term.recv() => stop = true,
         }
@@ -266,7 +294,24 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             metrics.set_ready(false);
         }
         let started = std::time::Instant::now();
-        if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
+        let status = cycle.run(&mut core, &metrics, &now());
+        if let Some(nrt_tx) = &nrt_tx {
+            // The kubelet's PodResources are re-read when the status changed or on the
+            // kubelet tick; each read waits 500 ms at most, so a stuck kubelet cannot stall
+            // admission for long.
+            podres_due |= status.is_some();
+            if let (true, Some(current)) = (podres_due, status.as_ref().or(cycle.last_status())) {
+                podres_due = false;
+                let podres = read_podresources(&args.pod_resources_socket).await;
+                match super::nrt::desired(&core, current, podres.as_ref(), &node) {
+                    Ok(obj) => {
+                        let _ = nrt_tx.send(Some(obj));
+                    }
+                    Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
+                }
+            }
+        }
+        if let Some(status) = status {
             let _ = tx.send(Some(status.clone()));
             cycle.published(status);
         }

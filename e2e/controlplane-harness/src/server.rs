@@ -420,6 +420,51 @@ impl ControlPlane {
         Ok(out)
     }
 
+    /// Applies the upstream NodeResourceTopology CRD vendored in the chart
+    /// (`charts/nodetopo/files/noderesourcetopology-api/crd.yaml`) and waits until it is
+    /// Established.
+    pub async fn install_nrt_crd(&self) -> Result<()> {
+        let path =
+            crate::repo_root().join("charts/nodetopo/files/noderesourcetopology-api/crd.yaml");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+            .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let api: Api<CustomResourceDefinition> = Api::all(self.client());
+        api.patch(
+            &name,
+            &PatchParams::apply("nodetopo-controlplane-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = api
+                .get(&name)
+                .await
+                .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
+            let established = got
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if established {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "CRD {name} not Established after 30s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Creates `namespace` and ServiceAccount `name` in it if absent (no controller-manager
     /// runs here, so nothing else creates them).
     pub async fn ensure_service_account(&self, namespace: &str, name: &str) -> Result<()> {

@@ -8,5 +8,6 @@ mod common;
 mod crds;
 mod differential;
 mod helm;
+mod nrt;
 mod security;
 mod status_rules;

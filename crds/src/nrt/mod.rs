@@ -1,0 +1,18 @@
+//! NodeResourceTopology (`topology.node.k8s.io/v1alpha2`): the object the topology-aware
+//! scheduler plugins read, built from what nodetopo knows about a node.
+//!
+//! - [`types`]: the kind, field for field as the noderesourcetopology-api module has it;
+//! - [`build`]: the pure builder (topology + configuration + allocations -> object);
+//! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks.
+
+pub mod build;
+pub mod fingerprint;
+pub mod from_engine;
+pub mod types;
+
+pub use build::{build, AllocationSource, CpuAccounting, NrtError, NrtInput, TopologyManagerView};
+pub use fingerprint::PodFingerprint;
+pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
+
+#[cfg(test)]
+mod tests;
