@@ -59,7 +59,7 @@ use crate::rules;
     printcolumn(
         name = "NUMA-Aligned",
         type_ = "integer",
-        description = "Exclusive containers whose CPUs lie inside one NUMA node (aligned.numaNode).",
+        description = "Exclusive containers whose CPUs lie inside one NUMA node and on whole physical cores (aligned.numaNode and aligned.physicalCPU).",
         json_path = ".status.summary.alignedContainers"
     ),
     printcolumn(

@@ -263,7 +263,7 @@ fn devices_and_memory_steer_the_hint() {
     cfg.memory = MemoryManagerConfig::Static {
         reserved: ReservedMemory::from([(
             0,
-            BTreeMap::from([(memory::MemoryResource::Memory, 1 << 20)]),
+            BTreeMap::from([(memorymanager::MemoryResource::Memory, 1 << 20)]),
         )]),
     };
     let mut a = NodeAdmitter::new(t, &cfg).unwrap();

@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, MemoryTable};
+use nodetopo_engine::memorymanager::{MemoryResource, MemoryTable};
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use nodetopo_engine::memorymanager::{MemoryResource, MemoryTable};
 use nodetopo_engine::topology::{CpuInfo, NumaNode, UncoreCache};
-use nodetopo_engine::topologymanager::providers::memory::{MemoryResource, MemoryTable};
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 

@@ -197,7 +197,7 @@ impl NodeAdmitter {
             MemoryManagerConfig::None => None,
             MemoryManagerConfig::Static { reserved } => {
                 let manager = MemoryManager::new(&topology, reserved)?;
-                providers::memory::check_system_reserved(reserved)?;
+                crate::memorymanager::check_system_reserved(reserved)?;
                 Some(manager)
             }
         };

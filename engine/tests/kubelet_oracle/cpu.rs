@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use nodetopo_engine::admission::cpu_hints as cpu_provider;
 use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{CpuState, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use nodetopo_engine::topologymanager::options::OptionGates;
-use nodetopo_engine::topologymanager::providers::cpu as cpu_provider;
 use nodetopo_engine::topologymanager::{NumaMask, ProviderHints, ResourceHints};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};

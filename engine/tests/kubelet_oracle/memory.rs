@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 
 use nodetopo_engine::admission::NodeAdmitter;
-use nodetopo_engine::topologymanager::providers::memory::{
-    MemoryHints, MemoryManager, MemoryResource, ReservedMemory,
-};
+use nodetopo_engine::memorymanager::{MemoryHints, MemoryManager, MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope, TopologyHint};
 use nodetopo_engine::Pod;
 
