@@ -404,8 +404,10 @@ async fn evict(client: &Client, pod: &str) -> EvictionResult {
 }
 
 /// One apply of `generation` for `nt`, blocking work on a blocking thread.
+#[allow(clippy::too_many_arguments)]
 async fn apply_once(
     client: &Client,
+    evict_client: &Client,
     node: &str,
     topology: &CpuTopology,
     files: &KubeletFiles,
@@ -475,7 +477,7 @@ async fn apply_once(
     let mut evictions = Vec::new();
     if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict {
         for pod in pods_to_evict(&report.plan) {
-            evictions.push(evict(client, &pod).await);
+            evictions.push(evict(evict_client, &pod).await);
         }
     }
     outcome_of(
@@ -501,6 +503,15 @@ pub async fn run(
         config: args.kubelet_config.clone(),
         config_dir: args.kubelet_config_dir.clone(),
         state: kubelet_state,
+    };
+    // Evictions use a client that does not retry 429 itself: a refusal by a
+    // PodDisruptionBudget is an answer to report, and the re-plan retries later.
+    let evict_client = match kube::Config::infer().await {
+        Ok(mut c) => {
+            c.default_retry = false;
+            Client::try_from(c).unwrap_or_else(|_| client.clone())
+        }
+        Err(_) => client.clone(),
     };
     let api: Api<NodeTopology> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
@@ -542,7 +553,15 @@ pub async fn run(
                         last_attempt = Some(std::time::Instant::now());
                         Some(
                             apply_once(
-                                &client, &node, &topology, &files, &args, &nt, generation, eviction,
+                                &client,
+                                &evict_client,
+                                &node,
+                                &topology,
+                                &files,
+                                &args,
+                                &nt,
+                                generation,
+                                eviction,
                             )
                             .await,
                         )

@@ -4,7 +4,7 @@
 //! file) with fake restart hooks (shell scripts that log each call). No kubelet runs.
 //!
 //! - Policy `roll` (Apply, maxUnavailable 40% of 5 = 2) over r1..r5: r3's start hook fails
-//!   once. Every poll checks that at most 2 nodes are marked and without a verdict, and that
+//!   once, and r4 (same batch) finishes only after r3 has failed. Every poll checks that at most 2 nodes are marked and without a verdict, and that
 //!   no node of the second batch is marked before the first batch has its verdicts. r3 ends
 //!   Applied False/Failed with its files restored; r4 (same batch) updated; r5 never marked;
 //!   the policy counts updated 3, failed 1, pending 1 and Progressing False/Paused.
@@ -61,8 +61,15 @@ fn start_operator(cp: &ControlPlane, bin: &Path) -> Proc {
 }
 
 /// A node's temp kubelet directory with the kubelet config, an empty drop-in directory, an
-/// optional state file and the fake hooks; `fail_start_once` makes the first start fail.
-fn kubelet_dir(root: &Path, node: &str, state: Option<&str>, fail_start_once: bool) -> PathBuf {
+/// optional state file and the fake hooks; `fail_start_once` makes the first start fail;
+/// `gated` makes the start wait until the test creates the file `release`.
+fn kubelet_dir(
+    root: &Path,
+    node: &str,
+    state: Option<&str>,
+    fail_start_once: bool,
+    gated: bool,
+) -> PathBuf {
     let d = root.join(format!("kubelet-{node}"));
     std::fs::create_dir_all(d.join("conf.d")).expect("kubelet dir");
     std::fs::write(
@@ -89,10 +96,18 @@ fn kubelet_dir(root: &Path, node: &str, state: Option<&str>, fail_start_once: bo
     } else {
         String::new()
     };
+    let gate = if gated {
+        format!(
+            "i=0; while [ ! -e {r} ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done\n",
+            r = d.join("release").display()
+        )
+    } else {
+        String::new()
+    };
     // The second between call and verdict keeps a node visibly in progress.
     script(
         "start.sh",
-        format!("sleep 1\n{fail}echo start >> {}\n", log.display()),
+        format!("sleep 1\n{gate}{fail}echo start >> {}\n", log.display()),
     );
     d
 }
@@ -277,11 +292,14 @@ async fn rollout_against_a_real_apiserver() {
     let root = cp.dir().to_path_buf();
     let mut kdirs = std::collections::BTreeMap::new();
     for n in rollout_nodes.iter().chain(&["o1"]) {
-        kdirs.insert(n.to_string(), kubelet_dir(&root, n, None, *n == "r3"));
+        kdirs.insert(
+            n.to_string(),
+            kubelet_dir(&root, n, None, *n == "r3", *n == "r4"),
+        );
     }
     kdirs.insert(
         "e1".to_string(),
-        kubelet_dir(&root, "e1", Some(&e1_state_text), false),
+        kubelet_dir(&root, "e1", Some(&e1_state_text), false, false),
     );
 
     let config = json!({"cpuManager": {"policy": "static", "reservedSystemCPUs": "0-1,32-33"},
@@ -367,6 +385,12 @@ async fn rollout_against_a_real_apiserver() {
                 verdict("r1").is_some() && verdict("r2").is_some(),
                 "r3/r4 marked before r1 and r2 had their verdicts"
             );
+        }
+        // r4 (r3's batch partner) finishes only once r3 has failed, so the pause holds r5
+        // deterministically.
+        let release = kdirs["r4"].join("release");
+        if verdict("r3").is_some_and(|a| a.1 == "Failed") && !release.exists() {
+            std::fs::write(&release, "").expect("releasing r4");
         }
         assert!(
             !roll.iter().any(|nt| name(nt) == "r5" && marked(nt)),
@@ -481,7 +505,15 @@ async fn rollout_against_a_real_apiserver() {
             Some((s, r, m)) if r == "WaitingForEviction" && m.contains("refused") => {
                 Ok((format!("{s}/{r}"), m, nt.status.and_then(|s| s.change)))
             }
-            other => Err(format!("{other:?}")),
+            other => {
+                let p = policies.get("evict").await.map_err(|e| e.to_string())?;
+                Err(format!(
+                    "{other:?}; annotations {:?}; policy status {:?}; agent log:\n{}",
+                    nt.metadata.annotations,
+                    p.status,
+                    nodetopo_controlplane::server::tail(&cp.dir().join("agent-e1.log"), 30)
+                ))
+            }
         }
     })
     .await;
