@@ -119,7 +119,7 @@ pub enum Step {
     /// Nothing (already judged, or nothing to report).
     Idle,
     /// Publish this verdict without touching the node.
-    Report(Outcome),
+    Report(Box<Outcome>),
     /// Plan and apply generation `generation`.
     Apply {
         /// The generation marked.
@@ -165,7 +165,7 @@ pub fn next_step(
         if !enabled || judged.is_some_and(|l| l.1 == reason::OBSERVE_ONLY) {
             return Step::Idle;
         }
-        return Step::Report(Outcome {
+        return Step::Report(Box::new(Outcome {
             generation,
             condition: ConditionSpec::new(
                 conditions::APPLIED,
@@ -174,10 +174,10 @@ pub fn next_step(
                 format!("the operator has not asked this node to apply generation {generation} (rollout mode Observe, or its batch has not started)"),
             ),
             change: None,
-        });
+        }));
     }
     if !enabled {
-        return Step::Report(Outcome {
+        return Step::Report(Box::new(Outcome {
             generation,
             condition: ConditionSpec::new(
                 conditions::APPLIED,
@@ -186,7 +186,7 @@ pub fn next_step(
                 format!("asked to apply generation {generation}, but this agent runs without --actuation (chart value agent.actuation.enabled); nothing was changed"),
             ),
             change: None,
-        });
+        }));
     }
     let eviction = match eviction.map(str::trim) {
         Some("Evict") => EvictionMode::Evict,
@@ -544,7 +544,7 @@ pub async fn run(
                 let outcome = match step {
                     _ if too_soon => None,
                     Step::Idle => None,
-                    Step::Report(o) => Some(o),
+                    Step::Report(o) => Some(*o),
                     Step::Apply {
                         generation,
                         eviction,
