@@ -140,6 +140,8 @@ pub enum Event {
     Kubelet(Result<Option<KubeletCpuState>, String>),
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
+    /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
+    Actuation(Box<super::actuation::Outcome>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -177,6 +179,8 @@ pub struct Core {
     quarantine_requested: bool,
     kubelet: Result<Option<KubeletCpuState>, String>,
     pod_problems: Vec<String>,
+    /// The last actuation verdict (published as `Applied` and `status.change`).
+    actuation: Option<super::actuation::Outcome>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -232,6 +236,7 @@ impl Core {
             quarantine_requested,
             kubelet: Ok(None),
             pod_problems: Vec::new(),
+            actuation: None,
             tally: Tally::default(),
         }
     }
@@ -279,6 +284,7 @@ impl Core {
                 }
             }
             Event::PodProblems(p) => self.pod_problems = p,
+            Event::Actuation(a) => self.actuation = Some(*a),
         }
     }
 
@@ -501,6 +507,10 @@ impl Core {
         for c in self.conditions() {
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
+        // Applied carries the generation it judged, not the newest one seen.
+        if let Some(a) = &self.actuation {
+            conditions::upsert(&mut conds, &a.condition, Some(a.generation), now);
+        }
         let (allocations, rejections) = self.published_records();
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -518,6 +528,7 @@ impl Core {
             rejections,
             kubelet: self.kubelet_observed(),
             summary: Some(summary),
+            change: self.actuation.as_ref().and_then(|a| a.change.clone()),
         }
     }
 
