@@ -11,6 +11,7 @@ use nodetopo_engine::topologymanager::{NumaMask, ProviderHints, ResourceHints};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
 
+use crate::device;
 use crate::memory;
 use crate::protocol::*;
 
@@ -90,6 +91,11 @@ pub(crate) fn engine_container(c: &ContainerJson) -> Container {
             cpu_millis: millis(&r.cpu),
             memory_bytes: bytes(&r.memory),
             hugepages,
+            extended: r
+                .extended
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
+                .collect(),
             ..ResourceList::default()
         }
     };
@@ -156,7 +162,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
         tm_scope,
         tm_options,
         memory,
-        ..NodeConfig::default()
+        devices: device::engine_devices(&c.devices),
     };
     let mut node = match NodeAdmitter::new(topology, &config) {
         Ok(n) => n,
@@ -164,6 +170,8 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
     };
     let mut results = Vec::new();
     let mut live: BTreeMap<String, Pod> = BTreeMap::new();
+    // Every pod admitted or rejected and not removed (the oracle's list at the end).
+    let mut seen: BTreeMap<String, Pod> = BTreeMap::new();
     for op in &c.ops {
         match op.op.as_str() {
             "admit" => {
@@ -172,6 +180,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                 };
                 let pod = engine_pod(pj);
                 let before = node.memory().cloned();
+                let dev_before = (!c.devices.is_empty()).then(|| node.devices().clone());
                 let cpu_before = node.cpu_state().clone();
                 let adm = node.admit(&pod);
                 let mut r = OpResult {
@@ -186,6 +195,14 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     r.mem_hints =
                         memory::engine_raw_hints(before, &node, &pod, tm_scope, adm.admitted());
                 }
+                if let (Some(before), true) = (&dev_before, tm_policy != TmPolicy::None) {
+                    r.dev_hints =
+                        device::engine_raw_hints(before, &node, &pod, tm_scope, adm.admitted());
+                }
+                if dev_before.is_some() && adm.admitted() {
+                    r.devices = device::engine_pod_devices(node.devices(), &pod);
+                }
+                seen.insert(pod.uid.clone(), pod.clone());
                 if let (Some(m), true) = (node.memory(), adm.admitted()) {
                     r.memory = Some(memory::engine_blocks(m, &pod));
                     live.insert(pod.uid.clone(), pod.clone());
@@ -214,6 +231,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
             "remove" => {
                 node.remove_pod(&op.uid);
                 live.remove(&op.uid);
+                seen.remove(&op.uid);
                 results.push(OpResult {
                     admit: true,
                     ..OpResult::default()
@@ -247,6 +265,14 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     .collect()
             })
             .unwrap_or_default(),
+        final_devices: if c.devices.is_empty() {
+            BTreeMap::new()
+        } else {
+            seen.values()
+                .map(|p| (p.uid.clone(), device::engine_pod_devices(node.devices(), p)))
+                .filter(|(_, d)| !d.is_empty())
+                .collect()
+        },
         ..Answer::default()
     })
 }
@@ -394,8 +420,9 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
         }
     }
     let defect = kubelet_defect(c, kubelet).map(|(i, _)| i);
+    let ambiguous = device::ambiguous(c, kubelet, engine).map(|(i, _)| i);
     for (i, (k, e)) in kubelet.results.iter().zip(&engine.results).enumerate() {
-        if Some(i) == defect {
+        if Some(i) == defect || Some(i) == ambiguous {
             return None;
         }
         let what = format!("ops[{i}] ({} {})", c.ops[i].op, op_uid(&c.ops[i]));
@@ -450,6 +477,16 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
                 return Some(why);
             }
         }
+        if !c.devices.is_empty() {
+            let mut k = k.clone();
+            if !k.admit {
+                k.dev_hints
+                    .retain(|name, _| name.is_empty() || *name == first);
+            }
+            if let Some(why) = device::compare_op(&what, &k, e) {
+                return Some(why);
+            }
+        }
     }
     if kubelet.results.len() != engine.results.len() {
         return Some(format!(
@@ -475,6 +512,11 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
             "assignments: kubelet {:?}, engine {:?}",
             kubelet.assignments, engine.assignments
         ));
+    }
+    if !c.devices.is_empty() {
+        if let Some(why) = device::compare_final(kubelet, engine) {
+            return Some(why);
+        }
     }
     if c.memory.is_some() {
         return memory::compare_final(c, kubelet, engine);

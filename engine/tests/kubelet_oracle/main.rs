@@ -22,6 +22,7 @@
 //! listed, never dropped silently.
 
 mod cpu;
+mod device;
 mod generator;
 mod memory;
 mod oracle;
@@ -59,6 +60,10 @@ struct Tally {
     memory_blocks: usize,
     multi_numa_blocks: usize,
     memory_checkpoints: usize,
+    raw_device_hint_lists: usize,
+    device_containers: usize,
+    devices_compared: usize,
+    ambiguous: Vec<String>,
 }
 
 /// The kind of cases a campaign generates.
@@ -68,6 +73,8 @@ enum Kind {
     Cpu(Machines),
     /// Memory manager (Static) beside the CPU manager and topology manager.
     Memory,
+    /// Device manager (device-plugin resources) beside the CPU manager and topology manager.
+    Device,
 }
 
 impl Kind {
@@ -75,6 +82,15 @@ impl Kind {
         match self {
             Kind::Cpu(m) => gen_case(r, id, m),
             Kind::Memory => memory::gen_memory_case(r, id),
+            Kind::Device => device::gen_device_case(r, id),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Cpu(_) => "cpu",
+            Kind::Memory => "memory",
+            Kind::Device => "device",
         }
     }
 
@@ -83,6 +99,7 @@ impl Kind {
         match self {
             Kind::Cpu(_) => Rng(seed),
             Kind::Memory => Rng(seed ^ 0x6d65_6d6f_7279_0000),
+            Kind::Device => Rng(seed ^ 0x6465_7669_6365_0000),
         }
     }
 }
@@ -92,6 +109,7 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
         bin,
         child: None,
         restarts: 0,
+        devices: kind == Kind::Device,
     };
     let mut rng = kind.rng(seed);
     let mut t = Tally::default();
@@ -132,6 +150,9 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             if let Some((i, why)) = kubelet_defect(c, k) {
                 t.defects.push(format!("{} ops[{i}]: {why}", c.id));
             }
+            if let Some((i, why)) = device::ambiguous(c, k, &e) {
+                t.ambiguous.push(format!("{} ops[{i}]: {why}", c.id));
+            }
             if !k.config_error.is_empty() {
                 t.config_refused += 1;
             }
@@ -144,6 +165,14 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
                 }
                 t.raw_cpu_hint_lists += r.cpu_hints.len();
                 t.raw_memory_hint_lists += r.mem_hints.values().map(|m| m.len()).sum::<usize>();
+                t.raw_device_hint_lists += r.dev_hints.values().map(|m| m.len()).sum::<usize>();
+                t.device_containers += r.devices.len();
+                t.devices_compared += r
+                    .devices
+                    .values()
+                    .flat_map(|m| m.values())
+                    .map(|v| v.len())
+                    .sum::<usize>();
                 for b in r.memory.iter().flat_map(|m| m.values()).flatten() {
                     t.memory_blocks += 1;
                     if b.numa_affinity.len() > 1 {
@@ -185,6 +214,19 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             "  memory blocks compared: {} ({} spanning several NUMA nodes), memory_manager_state files checked: {}",
             t.memory_blocks, t.multi_numa_blocks, t.memory_checkpoints
         );
+    }
+    if kind == Kind::Device {
+        eprintln!(
+            "  raw device hint lists compared: {} (per resource); containers holding devices: {}, devices compared: {}",
+            t.raw_device_hint_lists, t.device_containers, t.devices_compared
+        );
+        eprintln!(
+            "  compared up to a pick the kubelet leaves to Go set order (reuse or error order): {}",
+            t.ambiguous.len()
+        );
+        for x in t.ambiguous.iter().take(5) {
+            eprintln!("    {x}");
+        }
     }
     eprintln!("  upstream timeouts (oracle > 2 s): {}", t.timeouts.len());
     for x in &t.timeouts {
@@ -250,27 +292,34 @@ fn oracle_or_skip() -> Option<PathBuf> {
     }
 }
 
-/// `NODETOPO_ORACLE_KIND`: `cpu`, `memory` or `all` (default).
+/// `NODETOPO_ORACLE_KIND`: `cpu`, `memory`, `device` or `all` (default).
 fn kinds_from_env(machines: Machines) -> Vec<Kind> {
     match std::env::var("NODETOPO_ORACLE_KIND").as_deref() {
         Ok("cpu") => vec![Kind::Cpu(machines)],
         Ok("memory") => vec![Kind::Memory],
-        Ok("all") | Err(_) => vec![Kind::Cpu(machines), Kind::Memory],
-        Ok(other) => panic!("NODETOPO_ORACLE_KIND={other}: expected cpu, memory or all"),
+        Ok("device") => vec![Kind::Device],
+        Ok("all") | Err(_) => vec![Kind::Cpu(machines), Kind::Memory, Kind::Device],
+        Ok(other) => panic!("NODETOPO_ORACLE_KIND={other}: expected cpu, memory, device or all"),
     }
 }
 
-/// The share of each kind in a campaign of `total` cases: memory cases are 30 %.
+/// The share of each kind in a campaign of `total` cases (`all`): memory and device cases
+/// MEMORY_PERCENT and DEVICE_PERCENT, cpu cases the rest.
+const MEMORY_PERCENT: usize = 25;
+const DEVICE_PERCENT: usize = 20;
+
 fn split(total: usize, kinds: &[Kind]) -> Vec<(Kind, usize)> {
     if kinds.len() == 1 {
         return vec![(kinds[0], total)];
     }
-    let memory = total * 3 / 10;
+    let memory = total * MEMORY_PERCENT / 100;
+    let device = total * DEVICE_PERCENT / 100;
     kinds
         .iter()
         .map(|&k| match k {
             Kind::Memory => (k, memory),
-            Kind::Cpu(_) => (k, total - memory),
+            Kind::Device => (k, device),
+            Kind::Cpu(_) => (k, total - memory - device),
         })
         .collect()
 }
@@ -293,10 +342,7 @@ fn oracle_campaign() {
     let mut compared = 0;
     for (kind, n) in split(total, &kinds_from_env(machines)) {
         let fixed_n = n / 2;
-        let kind_name = match kind {
-            Kind::Cpu(_) => "cpu",
-            Kind::Memory => "memory",
-        };
+        let kind_name = kind.name();
         eprintln!(
             "kubelet oracle campaign, {kind_name} kind: fixed seed {FIXED_SEED:#x} x {fixed_n}, fresh seed {fresh:#x} x {} (replay: NODETOPO_ORACLE_KIND={kind_name} NODETOPO_ORACLE_MACHINES={machines_name} NODETOPO_ORACLE_SEED={fresh:#x} NODETOPO_ORACLE_CASES={} cargo test -p nodetopo-engine --release --test kubelet_oracle oracle_campaign_on_demand -- --ignored)",
             n - fixed_n,
@@ -333,6 +379,7 @@ fn oracle_replay() {
         bin,
         child: None,
         restarts: 0,
+        devices: !c.devices.is_empty(),
     };
     let k = oracle.ask(std::slice::from_ref(&c)).remove(0);
     let e = run_engine(&c).expect("engine runs the case");

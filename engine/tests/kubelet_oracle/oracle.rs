@@ -41,6 +41,8 @@ pub(crate) struct Oracle {
     pub(crate) bin: PathBuf,
     pub(crate) child: Option<(Child, ChildStdin, BufReader<ChildStdout>)>,
     pub(crate) restarts: usize,
+    /// Start the oracle with `-devices` (device cases: its private /var/lib/kubelet).
+    pub(crate) devices: bool,
 }
 
 impl Oracle {
@@ -51,6 +53,9 @@ impl Oracle {
         // manager always keeps one): on a tmpfs a memory case takes ~25 ms, on disk ~100 ms.
         if std::path::Path::new("/dev/shm").is_dir() {
             cmd.arg("-state-dir=/dev/shm");
+        }
+        if self.devices {
+            cmd.arg("-devices");
         }
         let mut child = cmd
             .stdin(Stdio::piped())
