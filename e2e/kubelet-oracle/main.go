@@ -108,7 +108,7 @@ type podJSON struct {
 }
 
 type opJSON struct {
-	// "admit" or "remove".
+	// "admit", "readmit" (uid: admit an admitted pod again) or "remove".
 	Op  string   `json:"op"`
 	Pod *podJSON `json:"pod,omitempty"`
 	UID string   `json:"uid,omitempty"`
@@ -154,7 +154,9 @@ type hintJSON struct {
 }
 
 type opResult struct {
-	Admit   bool   `json:"admit"`
+	Admit bool `json:"admit"`
+	// Skipped: a readmit of a pod that is not admitted.
+	Skipped bool   `json:"skipped,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Exclusive CPUs of the pod's containers after the operation.
@@ -511,6 +513,7 @@ func run(c *caseJSON, dir string) answerJSON {
 		return ans
 	}
 	pods := map[string]*v1.Pod{}
+	admitted := map[string]bool{}
 	ctx := klog.NewContext(context.Background(), logger)
 	var active []*v1.Pod
 	activePods := func() []*v1.Pod { return append([]*v1.Pod{}, active...) }
@@ -580,18 +583,30 @@ func run(c *caseJSON, dir string) answerJSON {
 	}
 	for i, op := range c.Ops {
 		switch op.Op {
-		case "admit":
-			if op.Pod == nil {
-				ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
-				return ans
-			}
-			pod, err := buildPod(*op.Pod)
-			if err != nil {
-				ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
-				return ans
+		case "admit", "readmit":
+			var pod *v1.Pod
+			if op.Op == "readmit" {
+				// Admit an admitted pod again (as after a kubelet restart): its
+				// containers already hold their CPUs, memory and devices. A pod that
+				// is not admitted (rejected or removed) is skipped.
+				if !admitted[op.UID] {
+					ans.Results = append(ans.Results, opResult{Admit: true, Skipped: true})
+					continue
+				}
+				pod = pods[op.UID]
+			} else {
+				if op.Pod == nil {
+					ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
+					return ans
+				}
+				pod, err = buildPod(*op.Pod)
+				if err != nil {
+					ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
+					return ans
+				}
+				active = append(active, pod)
 			}
 			provider.recorded = map[string][]hintJSON{}
-			active = append(active, pod)
 			if mem != nil {
 				mem.recorded = map[string]map[string][]hintJSON{}
 			}
@@ -622,6 +637,7 @@ func run(c *caseJSON, dir string) answerJSON {
 			}
 			r.StateDefault, r.StateAssignments = snapshot(st)
 			pods[string(pod.UID)] = pod
+			admitted[string(pod.UID)] = res.Admit
 			if res.Admit {
 				r.CPUs = map[string]string{}
 				if c.TMPolicy != topologymanager.PolicyNone {
@@ -661,6 +677,7 @@ func run(c *caseJSON, dir string) answerJSON {
 				}
 			}
 			delete(pods, op.UID)
+			delete(admitted, op.UID)
 			dropActive(op.UID)
 			cleanup()
 			r := opResult{Admit: true}

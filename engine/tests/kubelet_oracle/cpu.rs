@@ -172,13 +172,30 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
     let mut live: BTreeMap<String, Pod> = BTreeMap::new();
     // Every pod admitted or rejected and not removed (the oracle's list at the end).
     let mut seen: BTreeMap<String, Pod> = BTreeMap::new();
+    // Pods admitted and not removed or rejected since.
+    let mut live_pods: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for op in &c.ops {
         match op.op.as_str() {
-            "admit" => {
-                let Some(pj) = &op.pod else {
-                    return Err("admit without pod".into());
+            "admit" | "readmit" => {
+                let pod = if op.op == "readmit" {
+                    // An admitted pod admitted again; skipped when it is not admitted.
+                    match seen.get(&op.uid).filter(|_| live_pods.contains(&op.uid)) {
+                        Some(p) => p.clone(),
+                        None => {
+                            results.push(OpResult {
+                                admit: true,
+                                skipped: true,
+                                ..OpResult::default()
+                            });
+                            continue;
+                        }
+                    }
+                } else {
+                    let Some(pj) = &op.pod else {
+                        return Err("admit without pod".into());
+                    };
+                    engine_pod(pj)
                 };
-                let pod = engine_pod(pj);
                 let before = node.memory().cloned();
                 let dev_before = (!c.devices.is_empty()).then(|| node.devices().clone());
                 let cpu_before = node.cpu_state().clone();
@@ -207,6 +224,17 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     r.memory = Some(memory::engine_blocks(m, &pod));
                     live.insert(pod.uid.clone(), pod.clone());
                 }
+                if !adm.admitted() && live_pods.contains(&pod.uid) {
+                    // A pod admitted before and rejected now (admitted again, as after a
+                    // kubelet restart) fails: the kubelet releases what it held.
+                    node.remove_pod(&pod.uid);
+                    live.remove(&pod.uid);
+                }
+                if adm.admitted() {
+                    live_pods.insert(pod.uid.clone());
+                } else {
+                    live_pods.remove(&pod.uid);
+                }
                 if let Some(rej) = adm.rejections.first() {
                     r.reason = rej.reason.clone();
                     r.message = rej.message.clone();
@@ -232,6 +260,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                 node.remove_pod(&op.uid);
                 live.remove(&op.uid);
                 seen.remove(&op.uid);
+                live_pods.remove(&op.uid);
                 results.push(OpResult {
                     admit: true,
                     ..OpResult::default()
@@ -426,7 +455,7 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
             return None;
         }
         let what = format!("ops[{i}] ({} {})", c.ops[i].op, op_uid(&c.ops[i]));
-        if k.admit != e.admit || k.reason != e.reason {
+        if k.admit != e.admit || k.reason != e.reason || k.skipped != e.skipped {
             return Some(format!(
                 "{what}: kubelet admit={} {} {:?}; engine admit={} {} {:?}",
                 k.admit, k.reason, k.message, e.admit, e.reason, e.message
@@ -450,9 +479,7 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
                 k.hints, e.hints
             ));
         }
-        let first = c.ops[i]
-            .pod
-            .as_ref()
+        let first = op_pod(c, i)
             .and_then(|p| p.init.first().or(p.containers.first()))
             .map(|ct| ct.name.clone())
             .unwrap_or_default();
@@ -522,6 +549,19 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
         return memory::compare_final(c, kubelet, engine);
     }
     None
+}
+
+/// The pod an admission (or a readmit) at `ops[i]` admits.
+pub(crate) fn op_pod(c: &CaseJson, i: usize) -> Option<&PodJson> {
+    let op = c.ops.get(i)?;
+    if op.op != "readmit" {
+        return op.pod.as_ref();
+    }
+    c.ops[..i]
+        .iter()
+        .rev()
+        .filter_map(|o| o.pod.as_ref())
+        .find(|p| p.uid == op.uid)
 }
 
 pub(crate) fn op_uid(o: &OpJson) -> &str {

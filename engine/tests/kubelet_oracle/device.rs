@@ -264,23 +264,66 @@ fn with_devices(
     ct
 }
 
-/// A random device case: a uniform machine of 1-4 NUMA nodes (one in ten up to 8, sparse
-/// ids in a quarter), 1-3 device resources, no CPU options, every topology-manager policy
-/// and scope, 1-6 pods with regular and sidecar init containers and 1-3 app containers
-/// asking for CPUs and devices, removals in between.
+/// A random device case: one in four is a memory case (the memory manager's Static policy
+/// runs too, `memory::gen_memory_case`), the others a uniform machine of 1-4 NUMA nodes (one
+/// in ten up to 8, sparse ids in a quarter) without CPU options; then 1-3 device resources
+/// on the machine's nodes, device requests on the containers, and, after one operation in
+/// ten, a `readmit` of a pod admitted earlier (admitted again when it is still admitted,
+/// as after a kubelet restart: the kubelet's path for containers that already hold
+/// devices).
 pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
+    let mut c = if r.chance(25) {
+        crate::memory::gen_memory_case(r, id)
+    } else {
+        gen_plain_case(r, id)
+    };
+    let ids: Vec<usize> = c.machine.numa.iter().map(|n| n.id).collect();
+    let resources: Vec<String> = (0..r.range(1, 3))
+        .map(|i| format!("example.com/dev{i}"))
+        .collect();
+    for res in &resources {
+        gen_devices(r, res, &ids, &mut c.devices);
+    }
+    for op in &mut c.ops {
+        let Some(p) = &mut op.pod else { continue };
+        let mut reusable = BTreeMap::new();
+        for ct in &mut p.init {
+            let regular = !ct.restartable;
+            *ct = with_devices(r, ct.clone(), &resources, &mut reusable, regular);
+        }
+        for ct in &mut p.containers {
+            *ct = with_devices(r, ct.clone(), &resources, &mut reusable, false);
+        }
+    }
+    let mut ops = Vec::new();
+    let mut live: Vec<PodJson> = Vec::new();
+    for op in std::mem::take(&mut c.ops) {
+        match &op.pod {
+            Some(p) => live.push(p.clone()),
+            None => live.retain(|p| p.uid != op.uid),
+        }
+        ops.push(op);
+        if !live.is_empty() && r.chance(10) {
+            let uid = live[r.range(0, live.len() - 1)].uid.clone();
+            ops.push(OpJson {
+                op: "readmit".into(),
+                pod: None,
+                uid,
+            });
+        }
+    }
+    c.ops = ops;
+    c
+}
+
+/// The CPU and topology-manager part of a device case: a uniform machine of 1-4 NUMA nodes
+/// (one in ten up to 8), no CPU options, every policy and scope, 1-6 pods with regular and
+/// sidecar init containers and 1-3 app containers, removals in between.
+fn gen_plain_case(r: &mut Rng, id: String) -> CaseJson {
     let cap = if r.chance(10) { 8 } else { 4 };
     let mut machine = gen_machine(r, Machines::Uniform);
     while machine.numa.len() > cap {
         machine = gen_machine(r, Machines::Uniform);
-    }
-    let ids: Vec<usize> = machine.numa.iter().map(|n| n.id).collect();
-    let resources: Vec<String> = (0..r.range(1, 3))
-        .map(|i| format!("example.com/dev{i}"))
-        .collect();
-    let mut devices = Vec::new();
-    for res in &resources {
-        gen_devices(r, res, &ids, &mut devices);
     }
     let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
     let tm_scope = if r.chance(50) { "container" } else { "pod" };
@@ -300,19 +343,14 @@ pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
             });
         }
         let uid = format!("pod-{p}");
-        let mut reusable = BTreeMap::new();
         let init = (0..r.range(0, 2))
             .map(|i| {
                 let sidecar = r.chance(35);
-                let ct = gen_container(r, format!("init{i}"), sidecar);
-                with_devices(r, ct, &resources, &mut reusable, !sidecar)
+                gen_container(r, format!("init{i}"), sidecar)
             })
             .collect();
         let containers = (0..r.range(1, 3))
-            .map(|i| {
-                let ct = gen_container(r, format!("app{i}"), false);
-                with_devices(r, ct, &resources, &mut reusable, false)
-            })
+            .map(|i| gen_container(r, format!("app{i}"), false))
             .collect();
         ops.push(OpJson {
             op: "admit".into(),
@@ -338,7 +376,7 @@ pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
         tm_options,
         ops,
         memory: None,
-        devices,
+        devices: Vec::new(),
         checkpoint: false,
     }
 }

@@ -64,6 +64,8 @@ struct Tally {
     device_containers: usize,
     devices_compared: usize,
     ambiguous: Vec<String>,
+    readmits: usize,
+    readmits_skipped: usize,
 }
 
 /// The kind of cases a campaign generates.
@@ -186,6 +188,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             for (o, r) in c.ops.iter().zip(&k.results) {
                 match (o.op.as_str(), r.admit) {
                     ("remove", _) => t.removes += 1,
+                    ("readmit", _) if r.skipped => t.readmits_skipped += 1,
+                    ("readmit", true) => t.readmits += 1,
                     (_, true) => t.admits += 1,
                     (_, false) => t.rejects += 1,
                 }
@@ -217,8 +221,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
     }
     if kind == Kind::Device {
         eprintln!(
-            "  raw device hint lists compared: {} (per resource); containers holding devices: {}, devices compared: {}",
-            t.raw_device_hint_lists, t.device_containers, t.devices_compared
+            "  raw device hint lists compared: {} (per resource); containers holding devices: {}, devices compared: {}; pods admitted again: {} admitted, {} skipped (not admitted)",
+            t.raw_device_hint_lists, t.device_containers, t.devices_compared, t.readmits, t.readmits_skipped
         );
         eprintln!(
             "  compared up to a pick the kubelet leaves to Go set order (reuse or error order): {}",

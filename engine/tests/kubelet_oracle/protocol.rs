@@ -175,6 +175,9 @@ pub(crate) struct HintJson {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct OpResult {
     pub(crate) admit: bool,
+    /// A `readmit` of a pod that is not admitted.
+    #[serde(default)]
+    pub(crate) skipped: bool,
     #[serde(default)]
     pub(crate) reason: String,
     #[serde(default)]
