@@ -37,6 +37,28 @@ pub(crate) fn oracle_binary() -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
+/// Whether the oracle can answer device cases here: it must set up its private mount
+/// namespace with a tmpfs on /var/lib/kubelet (root, or unprivileged user namespaces).
+/// `Err` carries the oracle's own message.
+pub(crate) fn devices_available(bin: &std::path::Path) -> Result<(), String> {
+    let out = Command::new(bin)
+        .arg("-devices")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} ({})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            out.status
+        ))
+    }
+}
+
 pub(crate) struct Oracle {
     pub(crate) bin: PathBuf,
     pub(crate) child: Option<(Child, ChildStdin, BufReader<ChildStdout>)>,
