@@ -96,7 +96,6 @@ pub(crate) fn engine_container(c: &ContainerJson) -> Container {
                 .iter()
                 .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
                 .collect(),
-            ..ResourceList::default()
         }
     };
     Container {
