@@ -6,9 +6,10 @@
 //! merge, and the final shared pool and assignments; memory cases also every container's
 //! memory blocks, the memory manager's machine state and its checkpoint file.
 //!
-//! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|all`, default all: 70 % cpu, 30 % memory):
-//! `cpu` (CPU manager and topology manager, `cpu.rs`) and `memory` (plus the memory
-//! manager's Static policy, `memory.rs`).
+//! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|device|all`, default all: 55 % cpu, 25 %
+//! memory, 20 % device): `cpu` (CPU manager and topology manager, `cpu.rs`), `memory` (plus
+//! the memory manager's Static policy, `memory.rs`) and `device` (plus the device manager,
+//! `device.rs`; the oracle runs with `-devices` in its private mount namespace).
 //!
 //! - `oracle_campaign` (CI sets 20,000): `NODETOPO_ORACLE_CASES` cases (default 2,000), per
 //!   kind half from the fixed seed and half from one fresh seed printed in the log. Skips,
