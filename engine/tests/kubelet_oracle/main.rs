@@ -4,7 +4,9 @@
 //! acceptance, admit/reject with reason and message, every container's exclusive CPUs, the
 //! merged topology hint of every container, the raw CPU (and memory) hints before the
 //! merge, and the final shared pool and assignments; memory cases also every container's
-//! memory blocks, the memory manager's machine state and its checkpoint file.
+//! memory blocks, the memory manager's machine state and its checkpoint file; device cases
+//! the raw device hints, every container's device ids and the devices each pod holds at
+//! the end.
 //!
 //! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|device|all`, default all: 55 % cpu, 25 %
 //! memory, 20 % device): `cpu` (CPU manager and topology manager, `cpu.rs`), `memory` (plus
