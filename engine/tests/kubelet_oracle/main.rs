@@ -488,3 +488,66 @@ fn memory_generator_covers_the_space() {
     eprintln!("memory generator: {huge2} hugepages-2Mi and {huge1} hugepages-1Gi requests, {beyond_node} larger than a node, {sidecars} sidecars, {no_reserved} configs without reserved memory, of 2000 cases");
     assert!(huge2 > 0 && huge1 > 0 && beyond_node > 0 && sidecars > 0 && no_reserved > 0);
 }
+
+#[test]
+fn device_generator_covers_the_space() {
+    // The device kind's generator: resources without topology, devices without NUMA
+    // affinity and spanning two nodes, devices on only some nodes, sparse NUMA ids, reuse
+    // of a regular init container's devices, readmits, memory cases with devices.
+    let mut r = Kind::Device.rng(FIXED_SEED);
+    let (mut no_topo_res, mut no_topo_dev, mut spanning, mut subset, mut sparse) = (0, 0, 0, 0, 0);
+    let (mut reuse, mut readmits, mut with_memory, mut requests) = (0, 0, 0, 0);
+    for i in 0..2000 {
+        let c = device::gen_device_case(&mut r, i.to_string());
+        engine_topology(&c.machine).expect("generated machine is valid");
+        let ids: Vec<usize> = c.machine.numa.iter().map(|n| n.id).collect();
+        if ids.iter().enumerate().any(|(i, x)| *x != i) {
+            sparse += 1;
+        }
+        with_memory += usize::from(c.memory.is_some());
+        let mut by_res: BTreeMap<&str, Vec<&DeviceJson>> = BTreeMap::new();
+        for d in &c.devices {
+            assert!(
+                d.numa.iter().all(|n| ids.contains(n)),
+                "device on unknown node"
+            );
+            by_res.entry(d.resource.as_str()).or_default().push(d);
+            no_topo_dev += usize::from(d.numa.is_empty());
+            spanning += usize::from(d.numa.len() > 1);
+        }
+        for devs in by_res.values() {
+            if devs.iter().all(|d| d.numa.is_empty()) {
+                no_topo_res += 1;
+            }
+            let on: std::collections::BTreeSet<usize> =
+                devs.iter().flat_map(|d| d.numa.iter().copied()).collect();
+            if !on.is_empty() && on.len() < ids.len() {
+                subset += 1;
+            }
+        }
+        for o in &c.ops {
+            readmits += usize::from(o.op == "readmit");
+            let Some(p) = &o.pod else { continue };
+            let init_res: Vec<&String> = p
+                .init
+                .iter()
+                .filter(|x| !x.restartable)
+                .flat_map(|x| x.limits.extended.keys())
+                .collect();
+            for ct in p.init.iter().chain(&p.containers) {
+                requests += ct.limits.extended.len();
+                assert_eq!(ct.requests.extended, ct.limits.extended);
+            }
+            reuse += p
+                .containers
+                .iter()
+                .filter(|ct| ct.limits.extended.keys().any(|k| init_res.contains(&k)))
+                .count();
+        }
+    }
+    eprintln!(
+        "device generator: {requests} device requests, {no_topo_res} resources without topology, {no_topo_dev} devices without NUMA affinity, {spanning} spanning two nodes, {subset} resources on part of the nodes, {sparse} sparse machines, {reuse} app containers reusing a regular init container's resource, {readmits} readmits, {with_memory} memory cases, of 2000 cases"
+    );
+    assert!(no_topo_res > 0 && no_topo_dev > 0 && spanning > 0 && subset > 0 && sparse > 0);
+    assert!(reuse > 0 && readmits > 0 && with_memory > 0 && requests > 0);
+}
