@@ -28,8 +28,8 @@ pub use config::{
     TopologyManagerScope,
 };
 pub use nodetopology::{
-    KubeletAssignment, KubeletObserved, NodeTopology, NodeTopologySpec, NodeTopologyStatus,
-    NodeTopologySummary, PolicyRef, PoolsReport,
+    KubeletAssignment, KubeletObserved, KubeletSource, NodeTopology, NodeTopologySpec,
+    NodeTopologyStatus, NodeTopologySummary, PolicyRef, PoolsReport,
 };
 pub use policy::{
     NodeProblem, NodeResourcePolicy, NodeResourcePolicySpec, NodeResourcePolicyStatus,

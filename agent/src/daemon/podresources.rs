@@ -109,15 +109,6 @@ pub struct KubeletView {
     pub memory: Vec<ContainerMemory>,
 }
 
-impl KubeletView {
-    /// Every CPU held exclusively.
-    pub fn exclusive(&self) -> CpuSet {
-        self.containers
-            .iter()
-            .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus))
-    }
-}
-
 fn cpu_set(ids: &[i64], what: impl Fn() -> String) -> Result<CpuSet, PodResourcesError> {
     let mut out = CpuSet::new();
     for id in ids {
@@ -225,6 +216,22 @@ pub async fn read(socket: &Path, timeout: Duration) -> Result<KubeletView, PodRe
     .map_err(|s| failed("GetAllocatableResources", s))?
     .into_inner();
     view(&list, &allocatable)
+}
+
+/// What the agent feeds its core: `Ok(None)` when the socket is not configured (empty path)
+/// or does not exist (not mounted: the checkpoint is the source then, as expected), else the
+/// kubelet's answer or why it failed (a refused connection, a failed call, a bad value).
+pub async fn read_if_present(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<Option<KubeletView>, String> {
+    if socket.as_os_str().is_empty() || !socket.exists() {
+        return Ok(None);
+    }
+    read(socket, timeout)
+        .await
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
