@@ -22,7 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use nodetopo_crds::nrt::{
-    self, from_engine, AllocationSource, CpuAccounting, NodeResourceTopology, NrtInput,
+    self, from_engine, AllocationSource, CpuAccounting, DeviceInventory, NodeResourceTopology,
+    NrtInput,
 };
 use nodetopo_crds::{KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuSet;
@@ -114,6 +115,13 @@ pub fn desired(
             AllocationSource::Agent,
         ),
     };
+    // Devices only from PodResources, and only when it is the source status shows (an
+    // answer refused for its CPUs is not half-used for its devices).
+    let no_devices = DeviceInventory::default();
+    let devices = match (kubelet.map(|k| k.source), core.podresources()) {
+        (Some(KubeletSource::PodResources), Some(v)) => &v.devices,
+        _ => &no_devices,
+    };
     let input = NrtInput {
         node_name: node,
         node_uid: None,
@@ -123,6 +131,7 @@ pub fn desired(
         memory: None,
         fingerprint_pods: &pods,
         source,
+        devices,
     };
     nrt::build(&input).map_err(|e| e.to_string())
 }

@@ -50,6 +50,16 @@ fn serve(kubelet: FakeKubelet) -> (tempfile::TempDir, PathBuf) {
     (dir, socket)
 }
 
+fn devices(resource: &str, ids: &[&str], nodes: &[i64]) -> ContainerDevices {
+    ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: ids.iter().map(|i| i.to_string()).collect(),
+        topology: (!nodes.is_empty()).then(|| TopologyInfo {
+            nodes: nodes.iter().map(|id| NumaNode { id: *id }).collect(),
+        }),
+    }
+}
+
 fn container(name: &str, cpus: &[i64], memory: Vec<v1::ContainerMemory>) -> ContainerResources {
     ContainerResources {
         name: name.into(),
@@ -100,15 +110,39 @@ fn list() -> ListPodResourcesResponse {
 
 #[tokio::test]
 async fn reads_list_and_allocatable_from_a_generated_server() {
+    let mut answer = list();
+    answer.pod_resources[1].containers[0].devices =
+        vec![devices("example.com/nic", &["vf1"], &[1])];
     let (_dir, socket) = serve(FakeKubelet {
-        list: list(),
+        list: answer,
         allocatable: Ok(AllocatableResourcesResponse {
             cpu_ids: (2..64).collect(),
+            devices: vec![
+                devices("example.com/nic", &["vf0"], &[0]),
+                devices("example.com/nic", &["vf1"], &[1]),
+                // One device on two nodes comes as one entry per node.
+                devices("example.com/nic", &["vf2"], &[0]),
+                devices("example.com/nic", &["vf2"], &[1]),
+                devices("example.com/dongle", &["d0"], &[]),
+            ],
             ..Default::default()
         }),
     });
     let v = read(&socket, Duration::from_secs(5)).await.expect("read");
     assert_eq!(v.allocatable_cpus, CpuSet::parse("2-63").expect("set"));
+    let nics = &v.devices.allocatable["example.com/nic"];
+    let on = |id: &str| nics[id].iter().copied().collect::<Vec<usize>>();
+    assert_eq!(
+        (on("vf0"), on("vf1"), on("vf2")),
+        (vec![0], vec![1], vec![0, 1])
+    );
+    assert!(v.devices.allocatable["example.com/dongle"]["d0"].is_empty());
+    assert_eq!(
+        v.devices.assigned["example.com/nic"]
+            .iter()
+            .collect::<Vec<_>>(),
+        ["vf1"]
+    );
     let got: Vec<(String, String, String)> = v
         .containers
         .iter()
@@ -178,7 +212,14 @@ async fn failures_name_the_socket_the_call_and_the_value() {
         e.to_string(),
         "PodResources: pod default/web-0 container app lists CPU id -3, which is not a valid CPU id"
     );
-    println!("podresources: 2 servers, 4 error cases");
+    let mut bad_numa = AllocatableResourcesResponse::default();
+    bad_numa.devices = vec![devices("example.com/nic", &["vf0"], &[-1])];
+    let e = view(&list(), &bad_numa).expect_err("refused");
+    assert_eq!(
+        e.to_string(),
+        "PodResources: allocatable example.com/nic devices [\"vf0\"] names NUMA node -1, which is not a valid NUMA node id"
+    );
+    println!("podresources: 2 servers, 5 error cases");
 }
 
 /// Guaranteed pod `name` with one container per `(container, cpus)`.
@@ -266,13 +307,20 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
             pod(
                 "default",
                 "db-0",
-                vec![container("main", &ids("db-0", "main"), vec![])],
+                vec![ContainerResources {
+                    devices: vec![devices("nvidia.com/gpu", &["gpu1"], &[0])],
+                    ..container("main", &ids("db-0", "main"), vec![])
+                }],
             ),
             pod("kube-system", "shared", vec![container("c", &[], vec![])]),
         ],
     };
     let allocatable = AllocatableResourcesResponse {
         cpu_ids: (1..32).chain(33..64).collect(),
+        devices: vec![
+            devices("nvidia.com/gpu", &["gpu0"], &[0]),
+            devices("nvidia.com/gpu", &["gpu1"], &[0]),
+        ],
         ..Default::default()
     };
     let (_dir, socket) = serve(FakeKubelet {
@@ -298,6 +346,19 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
         agree.message
     );
     assert!(agree.message.contains("PodResources"), "{}", agree.message);
+    // The NodeResourceTopology object reads the same source, devices included.
+    let nrt = crate::daemon::nrt::desired(&core, &st, "n1").expect("object");
+    assert_eq!(
+        nrt.attribute("nodetopo.io/allocationSource"),
+        Some("PodResources")
+    );
+    let gpu = |zone: &str| {
+        nrt.zone(zone)
+            .and_then(|z| z.resource("nvidia.com/gpu"))
+            .map(|r| (r.capacity.clone(), r.available.clone()))
+    };
+    assert_eq!(gpu("node-0"), Some(("2".to_string(), "1".to_string())));
+    assert_eq!(gpu("node-1"), None);
 
     // The kubelet placed web-0/app elsewhere: status shows the kubelet's CPUs.
     let mut moved = answer.clone();
