@@ -67,6 +67,13 @@ fn podresources_keys_by_uid_and_names_the_rest() {
     assert!(e.contains("allocatable cpu 64"), "{e}");
 }
 
+/// PodResources read, checkpoint read, the expected source or error.
+type Case = (
+    Result<Option<KubeletActual>, String>,
+    Result<Option<KubeletActual>, String>,
+    Result<Option<KubeletSource>, &'static str>,
+);
+
 #[test]
 fn choose_prefers_podresources_and_says_why_not() {
     let cp = |n: &str| {
@@ -76,11 +83,7 @@ fn choose_prefers_podresources_and_says_why_not() {
         a
     };
     let pr = from_podresources(&view(&[], "1-63"), &topo(), |_, _| None).expect("ok");
-    let cases: Vec<(
-        Result<Option<KubeletActual>, String>,
-        Result<Option<KubeletActual>, String>,
-        Result<Option<KubeletSource>, &str>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             Ok(Some(pr.clone())),
             Ok(Some(cp("static"))),

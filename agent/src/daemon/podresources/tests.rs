@@ -212,8 +212,10 @@ async fn failures_name_the_socket_the_call_and_the_value() {
         e.to_string(),
         "PodResources: pod default/web-0 container app lists CPU id -3, which is not a valid CPU id"
     );
-    let mut bad_numa = AllocatableResourcesResponse::default();
-    bad_numa.devices = vec![devices("example.com/nic", &["vf0"], &[-1])];
+    let bad_numa = AllocatableResourcesResponse {
+        devices: vec![devices("example.com/nic", &["vf0"], &[-1])],
+        ..Default::default()
+    };
     let e = view(&list(), &bad_numa).expect_err("refused");
     assert_eq!(
         e.to_string(),
