@@ -257,6 +257,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let mut cycle = Cycle::new(cp_path);
     loop {
         let mut stop = false;
+        let mut kubelet_read = false;
         tokio::select! {
             ev = events.next() => match ev {
                 Some(ev) => core.apply(ev),
@@ -267,6 +268,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 core.apply(Event::PodResources(
                     super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT).await,
                 ));
+                kubelet_read = true;
             }
             _ = term.recv() => stop = true,
         }
@@ -284,9 +286,16 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         }
         let started = std::time::Instant::now();
         let status = cycle.run(&mut core, &metrics, &now());
-        if let (Some(nrt_tx), Some(current)) = (&nrt_tx, status.as_ref()) {
-            // The object follows each new status (same kubelet view); the writer sends it
-            // only when it differs from the last one written.
+        let nrt_status = match &status {
+            Some(s) => Some(s),
+            // Devices are in the object but not in status: a fresh PodResources answer may
+            // change the object alone.
+            None if kubelet_read => cycle.last_status(),
+            None => None,
+        };
+        if let (Some(nrt_tx), Some(current)) = (&nrt_tx, nrt_status) {
+            // The object follows each new status and each kubelet read (same kubelet view);
+            // the writer sends it only when it differs from the last one written.
             match super::nrt::desired(&core, current, &node) {
                 Ok(obj) => {
                     let _ = nrt_tx.send(Some(obj));

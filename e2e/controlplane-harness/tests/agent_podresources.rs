@@ -3,7 +3,8 @@
 //! NodeTopology status shows the kubelet's assignments with `kubelet.source: PodResources`,
 //! the NodeResourceTopology follows the same source (CPUs, pods, devices per NUMA zone),
 //! nothing is rewritten while the kubelet's answer stays the same (several re-reads), and
-//! both objects follow when the kubelet's answer changes, not the agent's own prediction.
+//! both objects follow when the kubelet's answer changes, not the agent's own prediction; a
+//! device-only change rewrites the NodeResourceTopology alone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -351,7 +352,27 @@ async fn agent_publishes_what_podresources_reports() {
         &log_path,
     )
     .await;
+
+    // A change the kubelet reports for devices only (g-1 now also holds gpu0): nothing in
+    // NodeTopology status changes, the NodeResourceTopology does.
+    let nt_rv = nt.get(NODE).await.expect("nt").metadata.resource_version;
+    kubelet.list.lock().expect("lock").pod_resources[0].containers[0]
+        .devices
+        .push(gpu("gpu0"));
+    let o = wait_for(
+        get_nrt,
+        "gpu0 assigned",
+        |o| gpus(o) == Some(("2".to_string(), "0".to_string())),
+        &log_path,
+    )
+    .await;
+    assert_eq!(cpu_available(&o), 128 - 2 - 4);
+    assert_eq!(
+        nt.get(NODE).await.expect("nt").metadata.resource_version,
+        nt_rv,
+        "NodeTopology status rewritten for a device change it does not show"
+    );
     println!(
-        "agent + PodResources: both objects from the kubelet's answer (2 pods, 2 GPUs), no rewrite across {rereads} unchanged re-reads, both rewritten when the kubelet released a pod"
+        "agent + PodResources: both objects from the kubelet's answer (2 pods, 2 GPUs), no rewrite across {rereads} unchanged re-reads, both rewritten when the kubelet released a pod, only the NRT when a device was assigned"
     );
 }
