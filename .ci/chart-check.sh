@@ -138,6 +138,10 @@ render no-kubelet-state --set agent.kubeletStateDir=
 # agent.readPodResources alone; never with agent.podResourcesSocket empty.
 render podresources-only --set agent.readPodResources=true
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
+render actuation --set agent.actuation.enabled=true
+render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
+  --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
+  --set "agent.actuation.startCommand=/usr/local/bin/kubelet-ctl start"
 
 # Turning the admission policy off needs an explicit acknowledgement.
 if out=$("$HELM" template "$RELEASE" "$CHART" --set admissionPolicy.enabled=false 2>&1); then
@@ -161,7 +165,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-command; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -258,6 +262,12 @@ PODRES_DIR = KUBELET_ROOT + "/pod-resources"
 # The other exception: the agent container when it reads the kubelet's PodResources socket
 # (root's, mode 0755 in a 0750 directory): uid 0 with no capabilities at all, the socket's
 # directory mounted read-only, and the flag pointing into it.
+# agent.actuation.enabled: the agent container alone runs as uid 0 (no capability added) and
+# writes exactly the drop-in directory, the kubelet directory (state file, its backup and the
+# journal, replaced by rename) and, with restart=systemd, /run/systemd.
+actuation_on = any("--actuation" in c.get("args", []) for w in by_kind("DaemonSet")
+                   for c in w["spec"]["template"]["spec"].get("containers", []))
+ACTUATION_RW = {"kubelet-conf-d", "kubelet-dir", "systemd-run"}
 for w in workloads:
     name, comp = w["metadata"]["name"], component(w)
     pod = w["spec"]["template"]["spec"]
@@ -299,7 +309,7 @@ for w in workloads:
             state_init = [i for i in pod.get("initContainers", []) if i["name"] == "state-dir"]
             check(state_init and "--uid=0" in state_init[0].get("args", []),
                   f"{cn}: the state directory is handed to uid 0 (the agent's user here)")
-            non_root, is_podres_root = True, True
+            is_podres_root = True
         else:
             is_podres_root = False
             check(not any(a.startswith("--pod-resources-socket") for a in c.get("args", [])),
@@ -308,8 +318,14 @@ for w in workloads:
             uid = sc.get("runAsUser", psc.get("runAsUser"))
             check(uid == 0, f"{cn}: the state-directory init step runs as uid 0 ({uid})")
             continue
+        elif actuation_on and (comp, c["name"]) == ("agent", "agent"):
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            check(uid == 0 and non_root is False, f"{cn}: actuation runs the agent as uid 0 ({uid})")
+            rw = {m["name"] for m in c.get("volumeMounts", []) if not m.get("readOnly")}
+            check(rw <= {"state"} | ACTUATION_RW,
+                  f"{cn}: writable mounts only the state, drop-in, kubelet and systemd directories ({sorted(rw)})")
         else:
-            check(non_root is True, f"{cn}: runAsNonRoot true")
+            check(is_podres_root or non_root is True, f"{cn}: runAsNonRoot true")
             uid = sc.get("runAsUser", psc.get("runAsUser"))
             check(is_podres_root or (uid is not None and uid != 0), f"{cn}: runAsUser non-zero ({uid})")
         res = c.get("resources") or {}
@@ -331,7 +347,9 @@ for w in workloads:
             hp = v["hostPath"]["path"]
             # Never the kubelet directory nor anything in it but its CPU manager state file
             # (pki/ holds the kubelet's client key, pods/ every pod's secrets and tokens).
-            if hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
+            if actuation_on and comp == "agent" and v["name"] in ACTUATION_RW | {"kubelet-config"}:
+                pass
+            elif hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
                 ok = ((hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File")
                       or (hp == PODRES_DIR and v["hostPath"].get("type") == "Directory"
                           and v["name"] == "kubelet-pod-resources"))
@@ -339,6 +357,8 @@ for w in workloads:
                       f"{name}: from the kubelet directory only the file cpu_manager_state and the pod-resources directory are mounted ({hp})")
             if v["name"] == "state":
                 check(comp == "agent", f"{name}: writable hostPath {hp} only for the agent's state")
+            elif actuation_on and comp == "agent" and v["name"] in ACTUATION_RW:
+                check(v["name"] in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) writable for actuation")
             else:
                 check(v["name"] not in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) mounted read-only")
     env = {e["name"]: e for c in pod.get("containers", []) for e in c.get("env", [])}
@@ -402,6 +422,12 @@ if nrt_on:
 else:
     check(("topology.node.k8s.io", "noderesourcetopologies") not in agent,
           "agent: no NodeResourceTopology access without nrt.enabled")
+# agent.actuation.enabled: evictions through the Eviction API, nothing else on pods.
+if actuation_on:
+    agent_allowed[("", "pods/eviction")] = {"create"}
+    check(agent.get(("", "pods/eviction")) == {"create"}, "agent (actuation): may create pods/eviction")
+else:
+    check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
     allowed = agent_allowed.get((group, res), set())
@@ -562,7 +588,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-command yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -600,6 +626,24 @@ if grep -q -- "--nrt" "$WORK/nrt-no-podresources.yaml" && ! grep -q -- "--pod-re
   pass "nrt.enabled with agent.podResourcesSocket empty: --nrt without --pod-resources-socket"
 else
   fail "nrt.enabled with agent.podResourcesSocket empty renders the wrong agent flags"
+fi
+# Actuation's privileges appear only when it is on.
+if ! grep -q -- "--actuation" "$WORK/defaults.yaml" && ! grep -q "pods/eviction" "$WORK/defaults.yaml" &&
+  ! grep -q "/run/systemd" "$WORK/defaults.yaml" &&
+  grep -q -- "--actuation" "$WORK/actuation.yaml" && grep -q "path: /run/systemd" "$WORK/actuation.yaml" &&
+  ! grep -q "path: /run/systemd" "$WORK/actuation-command.yaml" &&
+  grep -q -- "--kubelet-start-command=/usr/local/bin/kubelet-ctl start" "$WORK/actuation-command.yaml"; then
+  pass "actuation flags, mounts and eviction RBAC only with agent.actuation.enabled; /run/systemd only for restart=systemd"
+else
+  fail "agent.actuation.enabled does not switch the actuation flags, mounts and RBAC as expected"
+fi
+if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set agent.actuation.enabled=true \
+  --set agent.actuation.restart=command >/dev/null 2>"$WORK/act-cmd.err"; then
+  fail "helm template accepted restart=command without stop/start commands"
+elif grep -q "needs agent.actuation.stopCommand" "$WORK/act-cmd.err"; then
+  pass "restart=command without commands fails with a clear message"
+else
+  fail "restart=command without commands failed without naming the values: $(cat "$WORK/act-cmd.err")"
 fi
 
 echo "chart-checks: $PASSED passed, $FAILED failed"

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use nodetopo_engine::CpuTopology;
 
+pub mod actuation;
 pub mod checkpoint;
 pub mod config;
 pub mod core;
@@ -71,6 +72,9 @@ pub struct Args {
     /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
     #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
+    /// Cluster mode: actuation (off by default; see docs/actuation.md).
+    #[command(flatten)]
+    pub actuation: actuation::ActuationArgs,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.

@@ -151,6 +151,11 @@ pub async fn reconcile_policy(
     let Some(status) = decision.statuses.get(&name) else {
         return Ok(Action::await_change());
     };
+    // Rollout (spec.rollout.mode Apply): mark the next batch before the status says so.
+    for mark in decision.marks.iter().filter(|m| m.policy == name) {
+        crate::rollout_controller::write_mark(&ctx.ntopo_api, mark).await?;
+        info!(node = %mark.node, generation = mark.generation, "marked NodeTopology for apply");
+    }
     for (state, n) in [
         ("matched", status.matched_nodes),
         ("governed", status.governed_nodes),

@@ -214,6 +214,8 @@ pub struct Decision {
     pub nodes: Vec<DesiredNode>,
     /// Desired status per policy name.
     pub statuses: BTreeMap<String, NodeResourcePolicyStatus>,
+    /// Rollout marks to write (policies in `Apply` mode; [`rollout::decide_rollouts`]).
+    pub marks: Vec<rollout::Mark>,
 }
 
 #[derive(Default)]
@@ -320,14 +322,16 @@ where
         });
     }
 
-    let statuses = compiled
+    let mut statuses = compiled
         .iter()
         .zip(tallies)
         .map(|(p, t)| (p.name.to_string(), roll_up(p, t, now)))
         .collect();
+    let marks = rollout::decide_rollouts(&compiled, &desired, &by_name, &mut statuses, now);
     Decision {
         nodes: desired,
         statuses,
+        marks,
     }
 }
 
@@ -447,8 +451,7 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
         invalid_nodes: t.invalid,
         overridden_nodes: t.overridden,
         problem_nodes: t.problems,
-        // Rollout counts come from the agents' Applied conditions through
-        // `rollout::next_batch`; this controller does not wire them yet (issue 13).
+        // Filled by `rollout::decide_rollouts` from the agents' Applied conditions.
         updated_nodes: 0,
         pending_nodes: 0,
         failed_nodes: 0,

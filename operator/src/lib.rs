@@ -13,4 +13,5 @@ pub mod decide;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod rollout_controller;
 pub mod selector;

@@ -144,6 +144,8 @@ pub enum Event {
     PodResources(Result<Option<KubeletView>, String>),
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
+    /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
+    Actuation(Box<super::actuation::Outcome>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -182,6 +184,8 @@ pub struct Core {
     kubelet: Result<Option<KubeletCpuState>, String>,
     podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,
+    /// The last actuation verdict (published as `Applied` and `status.change`).
+    actuation: Option<super::actuation::Outcome>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -238,6 +242,7 @@ impl Core {
             kubelet: Ok(None),
             podresources: Ok(None),
             pod_problems: Vec::new(),
+            actuation: None,
             tally: Tally::default(),
         }
     }
@@ -286,6 +291,7 @@ impl Core {
             }
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
+            Event::Actuation(a) => self.actuation = Some(*a),
         }
     }
 
@@ -547,6 +553,10 @@ impl Core {
         for c in self.conditions(&kubelet) {
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
+        // Applied carries the generation it judged, not the newest one seen.
+        if let Some(a) = &self.actuation {
+            conditions::upsert(&mut conds, &a.condition, Some(a.generation), now);
+        }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -567,6 +577,7 @@ impl Core {
                 _ => kubelet_actual::observed_none(),
             }),
             summary: Some(summary),
+            change: self.actuation.as_ref().and_then(|a| a.change.clone()),
         }
     }
 

@@ -91,9 +91,9 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* The uid the agent container runs as: 0 to reach the PodResources socket, else agent.runAsUser. */}}
+{{/* The uid the agent container runs as: 0 to reach the PodResources socket or for actuation, else agent.runAsUser. */}}
 {{- define "nodetopo.agentUid" -}}
-{{- if include "nodetopo.podResources" . -}}
+{{- if or (include "nodetopo.podResources" .) .Values.agent.actuation.enabled -}}
 0
 {{- else -}}
 {{- .Values.agent.runAsUser -}}
