@@ -134,6 +134,10 @@ render all-features -f "$CHART/ci/all-features-values.yaml" \
 render vap-disabled --api-versions "$VAP_API" --set admissionPolicy.enabled=false \
   --set admissionPolicy.acknowledgeUnprotectedStatus=true
 render no-kubelet-state --set agent.kubeletStateDir=
+# The kubelet's PodResources socket: on with nrt.enabled (all-features) or
+# agent.readPodResources alone; never with agent.podResourcesSocket empty.
+render podresources-only --set agent.readPodResources=true
+render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
 render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
   --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
@@ -161,7 +165,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state actuation actuation-command; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-command; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -217,6 +221,10 @@ bad_case port-range "at '/agent/metricsPort': maximum" \
   'agent: {metricsPort: 70000}'
 bad_case image-repo "at '/operator/image/repository'" \
   'operator: {image: {repository: "Not A Repo"}}'
+bad_case podresources-socket "at '/agent/podResourcesSocket'" \
+  'agent: {podResourcesSocket: kubelet.sock}'
+bad_case podresources-bool "at '/agent/readPodResources': got string, want boolean" \
+  'agent: {readPodResources: "yes"}'
 bad_case node-selector "at '/agent/nodeSelector/disktype': got number, want string" \
   'agent: {nodeSelector: {disktype: 1}}'
 
@@ -250,6 +258,10 @@ check(len(by_kind("Deployment")) == 1 and len(by_kind("DaemonSet")) == 1,
 # only and nothing but that directory mounted.
 ROOT_INIT = ("agent", "state-dir")
 KUBELET_ROOT = "/var/lib/kubelet"
+PODRES_DIR = KUBELET_ROOT + "/pod-resources"
+# The other exception: the agent container when it reads the kubelet's PodResources socket
+# (root's, mode 0755 in a 0750 directory): uid 0 with no capabilities at all, the socket's
+# directory mounted read-only, and the flag pointing into it.
 # agent.actuation.enabled: the agent container alone runs as uid 0 (no capability added) and
 # writes exactly the drop-in directory, the kubelet directory (state file, its backup and the
 # journal, replaced by rename) and, with restart=systemd, /run/systemd.
@@ -282,6 +294,26 @@ for w in workloads:
         seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
         check(seccomp == "RuntimeDefault", f"{cn}: seccompProfile RuntimeDefault")
         non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        podres_mount = [m for m in c.get("volumeMounts", []) if m["name"] == "kubelet-pod-resources"]
+        if comp == "agent" and c["name"] == "agent" and podres_mount:
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            check(uid == 0 and sc.get("runAsNonRoot") is False and sc.get("runAsGroup") == 0,
+                  f"{cn}: runs as uid 0 to reach the PodResources socket ({uid})")
+            check(caps.get("drop") == ["ALL"] and not caps.get("add"),
+                  f"{cn}: as uid 0, no capabilities at all")
+            check(podres_mount[0].get("readOnly") is True and podres_mount[0]["mountPath"] == "/host/pod-resources",
+                  f"{cn}: pod-resources directory mounted read-only at /host/pod-resources")
+            flag = [a for a in c.get("args", []) if a.startswith("--pod-resources-socket=")]
+            check(len(flag) == 1 and flag[0].startswith("--pod-resources-socket=/host/pod-resources/"),
+                  f"{cn}: --pod-resources-socket points into the mount ({flag})")
+            state_init = [i for i in pod.get("initContainers", []) if i["name"] == "state-dir"]
+            check(state_init and "--uid=0" in state_init[0].get("args", []),
+                  f"{cn}: the state directory is handed to uid 0 (the agent's user here)")
+            is_podres_root = True
+        else:
+            is_podres_root = False
+            check(not any(a.startswith("--pod-resources-socket") for a in c.get("args", [])),
+                  f"{cn}: no --pod-resources-socket without the socket's mount")
         if is_root_init:
             uid = sc.get("runAsUser", psc.get("runAsUser"))
             check(uid == 0, f"{cn}: the state-directory init step runs as uid 0 ({uid})")
@@ -293,9 +325,9 @@ for w in workloads:
             check(rw <= {"state"} | ACTUATION_RW,
                   f"{cn}: writable mounts only the state, drop-in, kubelet and systemd directories ({sorted(rw)})")
         else:
-            check(non_root is True, f"{cn}: runAsNonRoot true")
+            check(is_podres_root or non_root is True, f"{cn}: runAsNonRoot true")
             uid = sc.get("runAsUser", psc.get("runAsUser"))
-            check(uid is not None and uid != 0, f"{cn}: runAsUser non-zero ({uid})")
+            check(is_podres_root or (uid is not None and uid != 0), f"{cn}: runAsUser non-zero ({uid})")
         res = c.get("resources") or {}
         check((res.get("requests") or {}).get("cpu") and (res.get("requests") or {}).get("memory"),
               f"{cn}: cpu and memory requests set")
@@ -318,8 +350,11 @@ for w in workloads:
             if actuation_on and comp == "agent" and v["name"] in ACTUATION_RW | {"kubelet-config"}:
                 pass
             elif hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
-                check(hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File",
-                      f"{name}: from the kubelet directory only the file cpu_manager_state is mounted ({hp})")
+                ok = ((hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File")
+                      or (hp == PODRES_DIR and v["hostPath"].get("type") == "Directory"
+                          and v["name"] == "kubelet-pod-resources"))
+                check(ok and comp == "agent",
+                      f"{name}: from the kubelet directory only the file cpu_manager_state and the pod-resources directory are mounted ({hp})")
             if v["name"] == "state":
                 check(comp == "agent", f"{name}: writable hostPath {hp} only for the agent's state")
             elif actuation_on and comp == "agent" and v["name"] in ACTUATION_RW:
@@ -553,7 +588,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "actuation yes no" "actuation-command yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-command yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -578,6 +613,20 @@ else
   fail "agent.kubeletStateDir does not switch the kubelet state file mount"
 fi
 
+# The PodResources socket's directory is mounted (and the agent runs as uid 0) exactly with
+# nrt.enabled or agent.readPodResources, and never with agent.podResourcesSocket empty.
+podres_mounted() { grep -q "path: /var/lib/kubelet/pod-resources$" "$WORK/$1.yaml"; }
+if ! podres_mounted defaults && podres_mounted all-features && podres_mounted podresources-only &&
+  ! podres_mounted nrt-no-podresources && ! grep -q "runAsUser: 0$" <(sed -n '/- name: agent$/,$p' "$WORK/defaults.yaml"); then
+  pass "PodResources socket directory mounted with nrt.enabled or agent.readPodResources only, never with agent.podResourcesSocket empty"
+else
+  fail "agent.readPodResources / nrt.enabled / agent.podResourcesSocket do not switch the pod-resources mount as documented"
+fi
+if grep -q -- "--nrt" "$WORK/nrt-no-podresources.yaml" && ! grep -q -- "--pod-resources-socket" "$WORK/nrt-no-podresources.yaml"; then
+  pass "nrt.enabled with agent.podResourcesSocket empty: --nrt without --pod-resources-socket"
+else
+  fail "nrt.enabled with agent.podResourcesSocket empty renders the wrong agent flags"
+fi
 # Actuation's privileges appear only when it is on.
 if ! grep -q -- "--actuation" "$WORK/defaults.yaml" && ! grep -q "pods/eviction" "$WORK/defaults.yaml" &&
   ! grep -q "/run/systemd" "$WORK/defaults.yaml" &&

@@ -16,6 +16,7 @@ pub mod config;
 pub mod core;
 pub mod cycle;
 pub mod kube;
+pub mod kubelet_actual;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;

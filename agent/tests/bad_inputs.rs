@@ -509,12 +509,16 @@ fn bad_daemon_inputs_are_reported_never_published() {
     ] {
         let s = l.run_until(&file, |s| cond(s, "KubeletAgreement").0 == "False");
         let (_, _, msg) = cond(&s, "KubeletAgreement");
-        let nothing_published = s.get("kubelet").is_none_or(|k| k.is_null())
-            && s["allocations"]
-                .as_sequence()
-                .into_iter()
-                .flatten()
-                .all(|a| a.get("predictedCPUs").is_none_or(|p| p.is_null()));
+        // Nothing of the refused state: `status.kubelet` says `source: None`, no assignments.
+        let nothing_published = s.get("kubelet").is_none_or(|k| {
+            k.is_null()
+                || (k["source"].as_str() == Some("None")
+                    && k["assignments"].as_sequence().is_none_or(|a| a.is_empty()))
+        }) && s["allocations"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .all(|a| a.get("predictedCPUs").is_none_or(|p| p.is_null()));
         check(
             name,
             msg.contains(expect) && nothing_published,

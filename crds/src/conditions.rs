@@ -113,6 +113,9 @@ pub mod reason {
     pub const NO_KUBELET_STATE: &str = "NoKubeletState";
     /// KubeletAgreement False: the kubelet's checkpoint fails its checksum.
     pub const KUBELET_STATE_CHECKSUM_MISMATCH: &str = "KubeletStateChecksumMismatch";
+    /// KubeletAgreement False: the kubelet runs CPU manager policy `none` (it pins nothing),
+    /// while nodetopo's spec predicts exclusive CPUs: the allocations shown are predictions.
+    pub const KUBELET_POLICY_NONE: &str = "KubeletPolicyNone";
 
     // Applied (NodeTopology, actuation).
     /// Applied True: the kubelet already runs the configuration.

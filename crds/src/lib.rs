@@ -28,8 +28,9 @@ pub use config::{
     TopologyManagerScope,
 };
 pub use nodetopology::{
-    ChangeStatus, ChangeStepStatus, KubeletAssignment, KubeletObserved, NodeTopology,
-    NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PolicyRef, PoolsReport,
+    ChangeStatus, ChangeStepStatus, KubeletAssignment, KubeletObserved, KubeletSource,
+    NodeTopology, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PolicyRef,
+    PoolsReport,
 };
 pub use policy::{
     NodeProblem, NodeResourcePolicy, NodeResourcePolicySpec, NodeResourcePolicyStatus,

@@ -120,23 +120,52 @@ pub struct PoolsReport {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletAssignment {
-    /// The pod's UID.
+    /// The pod's UID; empty where the source names the pod only (PodResources reports
+    /// namespace and name) and the agent has not seen the pod yet.
     #[serde(rename = "podUID")]
     pub pod_uid: String,
+    /// `namespace/name` of the pod, where known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod: String,
     /// Container name.
     pub container: String,
     /// CPUs, in list syntax.
     pub cpus: String,
 }
 
-/// What the kubelet's own CPU manager checkpoint says, where the agent can read it.
+/// Where the agent read the kubelet's view from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum KubeletSource {
+    /// The kubelet's PodResources gRPC API (`List` and `GetAllocatableResources`).
+    PodResources,
+    /// The kubelet's CPU manager checkpoint file (`cpu_manager_state`). Also what an object
+    /// written before this field existed means: the checkpoint was the only source then.
+    #[default]
+    Checkpoint,
+    /// Neither was readable: nothing of the kubelet is published, and `KubeletAgreement`
+    /// says why.
+    None,
+}
+
+/// What the kubelet itself did, where the agent can read it, and from where.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeletObserved {
-    /// The kubelet's CPU manager policy name (`none`, `static`).
+    /// `PodResources`, `Checkpoint` or `None`.
+    #[serde(default)]
+    pub source: KubeletSource,
+    /// The kubelet's CPU manager policy name (`none`, `static`): the checkpoint's, or, from
+    /// PodResources, `none` when the kubelet reports no allocatable CPUs (its `none` policy
+    /// hands none out) and `static` otherwise. Empty with source `None`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy_name: String,
-    /// The kubelet's default (shared) CPU set, in list syntax.
-    #[serde(rename = "defaultCPUSet")]
+    /// The kubelet's default (shared) CPU set, in list syntax (from PodResources: the
+    /// online CPUs minus the exclusive ones).
+    #[serde(
+        default,
+        rename = "defaultCPUSet",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub default_cpu_set: String,
     /// The kubelet's exclusive assignments, sorted by pod UID then container.
     #[serde(default)]
@@ -201,7 +230,7 @@ pub struct NodeTopologyStatus {
     /// Admissions that failed, with the kubelet's reason.
     #[serde(default)]
     pub rejections: Vec<RejectionReport>,
-    /// The kubelet's own CPU manager state, where readable.
+    /// What the kubelet itself did (PodResources, else its checkpoint), and the source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<KubeletObserved>,
     /// Counts for printer columns.

@@ -18,7 +18,7 @@ use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::report::TopologyReport;
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
-use nrt_support::{cpus, machine, pod, static_config, NodeState};
+use nrt_support::{add_devices, cpus, machine, pod, static_config, NodeState};
 
 struct Rng(u64);
 
@@ -47,7 +47,7 @@ fn check(
     config: &NodeConfig,
     state: &NodeState,
     obj: &NodeResourceTopology,
-) -> usize {
+) -> (usize, usize) {
     // The status fields, built the way the agent builds them.
     let report = TopologyReport::from_topology(topo);
     let p = state.admitter.pools();
@@ -71,6 +71,7 @@ fn check(
         "{what}: one zone per NUMA node"
     );
     let mut held_total = 0;
+    let mut devices_checked = 0;
     for (z, n) in numa_zones.iter().zip(&report.numa_nodes) {
         assert_eq!(z.name, format!("node-{}", n.id), "{what}: zone order");
         let node_cpus = cpus(&n.cpus);
@@ -115,6 +116,37 @@ fn check(
             alloc - held
         };
         assert_eq!(avail, expected_avail, "{what}: {} available", z.name);
+        // Devices: what the kubelet reports attached to this node, minus the assigned ones.
+        for (resource, devs) in &state.devices.allocatable {
+            let here: Vec<&String> = devs
+                .iter()
+                .filter(|(_, nodes)| nodes.contains(&(n.id as usize)))
+                .map(|(id, _)| id)
+                .collect();
+            let got = z.resource(resource);
+            if here.is_empty() {
+                assert!(got.is_none(), "{what}: {} lists {resource}", z.name);
+                continue;
+            }
+            let r = got.unwrap_or_else(|| panic!("{what}: {} lacks {resource}", z.name));
+            let used = state.devices.assigned.get(resource);
+            let busy = here
+                .iter()
+                .filter(|id| used.is_some_and(|u| u.contains(**id)))
+                .count();
+            assert_eq!(num(&r.capacity), here.len(), "{what}: {resource} capacity");
+            assert_eq!(
+                num(&r.allocatable),
+                here.len(),
+                "{what}: {resource} allocatable"
+            );
+            assert_eq!(
+                num(&r.available),
+                here.len() - busy,
+                "{what}: {resource} available"
+            );
+            devices_checked += 1;
+        }
         if !policy_none {
             assert_eq!(
                 node_cpus.intersection(&free).len(),
@@ -180,7 +212,7 @@ fn check(
     let back: NodeResourceTopology =
         serde_json::from_str(&serde_json::to_string(obj).expect("json")).expect("parses");
     assert_eq!(&back, obj);
-    numa_zones.len()
+    (numa_zones.len(), devices_checked)
 }
 
 #[test]
@@ -203,6 +235,8 @@ fn nrt_numbers_equal_node_topology_status() {
     let mut refused = 0;
     let mut removed = 0;
     let mut configs = BTreeMap::<String, usize>::new();
+    let mut device_resources_checked = 0;
+    let mut devices_assigned = 0;
     for name in machines {
         let topo = machine(name);
         for variant in 0..4 {
@@ -233,11 +267,40 @@ fn nrt_numbers_equal_node_topology_status() {
             let label = format!("{:?}/{}", config.tm_policy, variant);
             *configs.entry(label).or_default() += 1;
             let mut state = NodeState::new(topo.clone(), config.clone());
+            // Devices as a kubelet reports them: two NICs per NUMA node, one spanning the
+            // first two nodes, one without topology, a GPU on the last node.
+            let node_ids: Vec<usize> = topo.numa_nodes().iter().map(|n| n.id).collect();
+            for id in &node_ids {
+                add_devices(
+                    &mut state.devices,
+                    "example.com/nic",
+                    &format!("n{id}-"),
+                    2,
+                    &[*id],
+                );
+            }
+            let span: Vec<usize> = node_ids.iter().take(2).copied().collect();
+            add_devices(&mut state.devices, "example.com/nic", "span-", 1, &span);
+            add_devices(&mut state.devices, "example.com/nic", "loose-", 1, &[]);
+            let last = *node_ids.last().expect("a NUMA node");
+            add_devices(&mut state.devices, "example.com/gpu", "gpu-", 1, &[last]);
+            let all_devices: Vec<(String, String)> = state
+                .devices
+                .allocatable
+                .iter()
+                .flat_map(|(r, ds)| ds.keys().map(move |d| (r.clone(), d.clone())))
+                .collect();
+            let mut held_devices: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
             let mut live: Vec<String> = Vec::new();
             for step in 0..steps / 4 {
                 if !live.is_empty() && rng.below(3) == 0 {
                     let i = rng.below(live.len() as u64) as usize;
                     let uid = live.swap_remove(i);
+                    for (r, d) in held_devices.remove(&uid).unwrap_or_default() {
+                        if let Some(set) = state.devices.assigned.get_mut(&r) {
+                            set.remove(&d);
+                        }
+                    }
                     state.remove(&uid);
                     removed += 1;
                 } else {
@@ -257,24 +320,37 @@ fn nrt_numbers_equal_node_topology_status() {
                     if state.admit(&p) {
                         live.push(p.uid.clone());
                         admitted += 1;
+                        // Sometimes a free device goes with the pod.
+                        let (r, d) = &all_devices[rng.below(all_devices.len() as u64) as usize];
+                        let taken = state.devices.assigned.entry(r.clone()).or_default();
+                        if rng.below(2) == 0 && !taken.contains(d) {
+                            taken.insert(d.clone());
+                            held_devices
+                                .entry(p.uid.clone())
+                                .or_default()
+                                .push((r.clone(), d.clone()));
+                            devices_assigned += 1;
+                        }
                     } else {
                         refused += 1;
                     }
                 }
                 let obj = state.nrt(name);
-                zones_checked += check(
+                let (zones, devs) = check(
                     &format!("{name} variant {variant} step {step}"),
                     &topo,
                     &config,
                     &state,
                     &obj,
                 );
+                zones_checked += zones;
+                device_resources_checked += devs;
                 states_checked += 1;
             }
         }
     }
-    assert!(admitted > 100 && refused > 0 && removed > 50);
+    assert!(admitted > 100 && refused > 0 && removed > 50 && devices_assigned > 50);
     println!(
-        "nrt consistency: {states_checked} states on 4 machines x 4 configurations ({zones_checked} NUMA zones), {admitted} pods admitted, {refused} refused, {removed} removed, seed {seed:#x}"
+        "nrt consistency: {states_checked} states on 4 machines x 4 configurations ({zones_checked} NUMA zones, {device_resources_checked} zone device resources), {admitted} pods admitted, {refused} refused, {removed} removed, {devices_assigned} devices assigned, seed {seed:#x}"
     );
 }

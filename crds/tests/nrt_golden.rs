@@ -5,6 +5,8 @@
 //!   SMT; static policy with full-pcpus-only, 2 reserved CPUs, single-numa-node / container;
 //! - amd-bulldozer-6272-4s-8n: 4 sockets, 8 NUMA nodes with three distance classes; static
 //!   policy, reserved "0-1", restricted / pod scope;
+//!   with SR-IOV VFs on every NUMA node and a GPU (device resources per zone, some
+//!   assigned after the admissions);
 //! - amd-ryzen5-1600: one NUMA node, two L3 caches (L3 child zones); static policy with
 //!   prefer-align-cpus-by-uncorecache, 1 reserved CPU, topology manager none.
 //!
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
-use nrt_support::{machine, pod, static_config, NodeState};
+use nrt_support::{add_devices, machine, pod, static_config, NodeState};
 
 fn golden_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -54,6 +56,10 @@ struct Case {
     machine: &'static str,
     state: NodeState,
     pods: Vec<nodetopo_engine::Pod>,
+    /// Device-plugin devices the kubelet reports (resource, id prefix, count, NUMA nodes).
+    devices: Vec<(&'static str, &'static str, usize, Vec<usize>)>,
+    /// Devices assigned to containers with the admissions (resource, id).
+    assign: Vec<(&'static str, &'static str)>,
 }
 
 fn cases() -> Vec<Case> {
@@ -77,6 +83,20 @@ fn cases() -> Vec<Case> {
                 pod("batch", "odd-0", &[3000]),
                 pod("ml", "trainer-0", &[16000]),
             ],
+            // SR-IOV VFs on every NUMA node, a GPU on node 1, one device without topology.
+            devices: vec![
+                ("intel.com/sriov_netdevice", "vf-a", 2, vec![0]),
+                ("intel.com/sriov_netdevice", "vf-b", 2, vec![1]),
+                ("intel.com/sriov_netdevice", "vf-c", 2, vec![2]),
+                ("intel.com/sriov_netdevice", "vf-d", 2, vec![3]),
+                ("nvidia.com/gpu", "gpu", 1, vec![1]),
+                ("example.com/dongle", "d", 1, vec![]),
+            ],
+            assign: vec![
+                ("intel.com/sriov_netdevice", "vf-a0"),
+                ("intel.com/sriov_netdevice", "vf-c1"),
+                ("nvidia.com/gpu", "gpu0"),
+            ],
         },
         Case {
             machine: "amd-bulldozer-6272-4s-8n",
@@ -95,6 +115,8 @@ fn cases() -> Vec<Case> {
                 pod("tenant-x", "c", &[12000]),
                 pod("tenant-x", "d", &[1000, 1000, 1000]),
             ],
+            devices: vec![],
+            assign: vec![],
         },
         Case {
             machine: "amd-ryzen5-1600",
@@ -112,6 +134,8 @@ fn cases() -> Vec<Case> {
                 pod("default", "enc-0", &[2000, 1000]),
                 pod("default", "shared-0", &[1500]),
             ],
+            devices: vec![],
+            assign: vec![],
         },
     ]
 }
@@ -121,7 +145,12 @@ fn golden_objects_for_three_machines() {
     let mut objects = 0;
     let mut admitted = 0;
     let mut rejected = 0;
+    let mut devices = 0;
     for mut c in cases() {
+        for (resource, prefix, count, nodes) in &c.devices {
+            add_devices(&mut c.state.devices, resource, prefix, *count, nodes);
+            devices += count;
+        }
         let before = c.state.nrt(c.machine);
         check_golden(&format!("{}.before", c.machine), &before);
         for p in &c.pods {
@@ -130,6 +159,18 @@ fn golden_objects_for_three_machines() {
             }
         }
         rejected += c.state.rejected;
+        for (resource, id) in &c.assign {
+            assert!(
+                c.state.devices.allocatable[*resource].contains_key(*id),
+                "{id} is a device of {resource}"
+            );
+            c.state
+                .devices
+                .assigned
+                .entry(resource.to_string())
+                .or_default()
+                .insert(id.to_string());
+        }
         let after = c.state.nrt(c.machine);
         check_golden(&format!("{}.after", c.machine), &after);
         assert_ne!(before, after, "{}: admissions changed nothing", c.machine);
@@ -140,6 +181,6 @@ fn golden_objects_for_three_machines() {
         "the skylake case includes an SMT-refused pod"
     );
     println!(
-        "nrt golden: {objects} objects on 3 machines, {admitted} pods admitted, {rejected} refused"
+        "nrt golden: {objects} objects on 3 machines, {admitted} pods admitted, {rejected} refused, {devices} devices"
     );
 }

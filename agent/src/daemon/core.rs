@@ -23,8 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodetopo_cli::pods::manifest;
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::{
-    KubeletAssignment, KubeletObserved, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
-    PoolsReport,
+    KubeletSource, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport,
 };
 use nodetopo_engine::admission::NodeAdmitter;
 use nodetopo_engine::cpumanager::CpuState;
@@ -33,7 +32,9 @@ use nodetopo_engine::{CpuSet, CpuTopology, Pod, QosClass};
 
 use super::checkpoint::{self, CheckpointData};
 use super::config::node_config;
+use super::kubelet_actual::{self, KubeletActual};
 use super::kubelet_state::KubeletCpuState;
+use super::podresources::KubeletView;
 use super::validate;
 
 /// A pod as the core tracks it.
@@ -138,6 +139,9 @@ pub enum Event {
     SpecUnreadable(String),
     /// The kubelet checkpoint: absent, parsed, or an error message.
     Kubelet(Result<Option<KubeletCpuState>, String>),
+    /// The kubelet's PodResources answer: not configured or no socket (`Ok(None)`), read,
+    /// or why it failed.
+    PodResources(Result<Option<KubeletView>, String>),
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
     /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
@@ -178,6 +182,7 @@ pub struct Core {
     /// before the next save (see [`Core::take_quarantine_request`]).
     quarantine_requested: bool,
     kubelet: Result<Option<KubeletCpuState>, String>,
+    podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,
     /// The last actuation verdict (published as `Applied` and `status.change`).
     actuation: Option<super::actuation::Outcome>,
@@ -235,6 +240,7 @@ impl Core {
             checkpoint_problem,
             quarantine_requested,
             kubelet: Ok(None),
+            podresources: Ok(None),
             pod_problems: Vec::new(),
             actuation: None,
             tally: Tally::default(),
@@ -283,6 +289,7 @@ impl Core {
                     other => other,
                 }
             }
+            Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
             Event::Actuation(a) => self.actuation = Some(*a),
         }
@@ -473,7 +480,44 @@ impl Core {
     /// The containers where the kubelet's checkpoint and the engine differ, as
     /// `namespace/name/container (kubelet A, nodetopo B)`.
     pub fn kubelet_differences(&self) -> Vec<String> {
-        let (Ok(Some(k)), Some(a)) = (&self.kubelet, &self.admitter) else {
+        match self.kubelet_actual() {
+            Ok(Some(k)) => self.differences_from(&k),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The kubelet's view from the best source readable (see [`kubelet_actual`]).
+    pub fn kubelet_actual(&self) -> Result<Option<KubeletActual>, String> {
+        let uids: BTreeMap<(&str, &str), &str> = self
+            .pods
+            .values()
+            .map(|p| {
+                (
+                    (p.pod.namespace.as_str(), p.pod.name.as_str()),
+                    p.pod.uid.as_str(),
+                )
+            })
+            .collect();
+        let podresources = match &self.podresources {
+            Ok(Some(view)) => kubelet_actual::from_podresources(view, &self.topology, |ns, n| {
+                uids.get(&(ns, n)).map(|u| u.to_string())
+            })
+            .map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.clone()),
+        };
+        let checkpoint = match &self.kubelet {
+            Ok(Some(k)) => Ok(Some(kubelet_actual::from_checkpoint(k, |uid| {
+                self.pods.get(uid).map(|p| p.pod.key())
+            }))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.clone()),
+        };
+        kubelet_actual::choose(podresources, checkpoint)
+    }
+
+    fn differences_from(&self, k: &KubeletActual) -> Vec<String> {
+        let Some(a) = &self.admitter else {
             return Vec::new();
         };
         let ours = &a.cpu_state().assignments;
@@ -493,6 +537,7 @@ impl Core {
                         .pods
                         .get(uid)
                         .map(|p| p.pod.key())
+                        .or_else(|| k.names.get(uid).cloned())
                         .unwrap_or_else(|| uid.clone());
                     format!("{name}/{c} (kubelet \"{theirs}\", nodetopo \"{mine}\")")
                 })
@@ -503,15 +548,16 @@ impl Core {
     /// The desired status. `previous` conditions keep their `lastTransitionTime` unless
     /// they flip; `now` stamps the ones that do.
     pub fn status(&self, previous: &[Condition], now: &Time) -> NodeTopologyStatus {
+        let kubelet = self.kubelet_actual();
         let mut conds = previous.to_vec();
-        for c in self.conditions() {
+        for c in self.conditions(&kubelet) {
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
         // Applied carries the generation it judged, not the newest one seen.
         if let Some(a) = &self.actuation {
             conditions::upsert(&mut conds, &a.condition, Some(a.generation), now);
         }
-        let (allocations, rejections) = self.published_records();
+        let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
         NodeTopologyStatus {
@@ -526,21 +572,24 @@ impl Core {
             }),
             allocations,
             rejections,
-            kubelet: self.kubelet_observed(),
+            kubelet: Some(match &kubelet {
+                Ok(Some(k)) => k.observed(),
+                _ => kubelet_actual::observed_none(),
+            }),
             summary: Some(summary),
             change: self.actuation.as_ref().and_then(|a| a.change.clone()),
         }
     }
 
     /// Every condition the agent owns, in the order they are written.
-    fn conditions(&self) -> [ConditionSpec; 6] {
+    fn conditions(&self, kubelet: &Result<Option<KubeletActual>, String>) -> [ConditionSpec; 6] {
         [
             self.invalid_condition(),
             self.ready_condition(),
             self.checkpoint_condition(),
             self.policy_current_condition(),
             self.pods_readable_condition(),
-            self.kubelet_agreement_condition(),
+            self.kubelet_agreement_condition(kubelet),
         ]
     }
 
@@ -664,8 +713,11 @@ impl Core {
         }
     }
 
-    fn kubelet_agreement_condition(&self) -> ConditionSpec {
-        let (status, why, msg) = match &self.kubelet {
+    fn kubelet_agreement_condition(
+        &self,
+        kubelet: &Result<Option<KubeletActual>, String>,
+    ) -> ConditionSpec {
+        let (status, why, msg) = match kubelet {
             Err(msg) => (false, reason::KUBELET_STATE_UNREADABLE, msg.clone()),
             // Nothing to compare with is not agreement.
             Ok(None) => (
@@ -674,53 +726,60 @@ impl Core {
                 "no kubelet CPU manager checkpoint to compare with".to_string(),
             ),
             Ok(Some(k)) => {
-                let diffs = self.kubelet_differences();
-                if let Some(why) = kubelet_checksum_problem(&k.checksum_check) {
-                    (false, reason::KUBELET_STATE_CHECKSUM_MISMATCH, why)
-                } else if diffs.is_empty() {
-                    (
-                        true,
-                        reason::AGREE,
-                        "the kubelet's CPU assignments equal nodetopo's".to_string(),
-                    )
-                } else {
-                    let mut msg =
-                        format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
-                    if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
-                        msg.push_str(&format!(
-                            "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
-                        ));
-                    }
-                    (false, reason::DISAGREE, msg)
+                // The source is `status.kubelet.source`; the message names PodResources
+                // when it was used, and why it was not when it failed.
+                let (status, why, mut msg) = self.agreement_with(k);
+                if k.source == KubeletSource::PodResources {
+                    msg.push_str(" (read from the kubelet's PodResources API)");
                 }
+                if let Some(f) = &k.fallback {
+                    msg.push_str(&format!(
+                        "; the kubelet's CPU manager checkpoint was used, PodResources failed: {f}"
+                    ));
+                }
+                (status, why, msg)
             }
         };
         ConditionSpec::new(conditions::KUBELET_AGREEMENT, status, why, msg)
     }
 
-    /// What the kubelet's checkpoint holds, when it could be read.
-    fn kubelet_observed(&self) -> Option<KubeletObserved> {
-        let k = self.kubelet.as_ref().ok()?.as_ref()?;
-        Some(KubeletObserved {
-            policy_name: k.policy_name.clone(),
-            default_cpu_set: k.default_cpu_set.to_string(),
-            assignments: k
-                .entries
-                .iter()
-                .flat_map(|(uid, cs)| {
-                    cs.iter().map(move |(c, s)| KubeletAssignment {
-                        pod_uid: uid.clone(),
-                        container: c.clone(),
-                        cpus: s.to_string(),
-                    })
-                })
-                .collect(),
-        })
+    /// The agreement verdict against one kubelet view.
+    fn agreement_with(&self, k: &KubeletActual) -> (bool, &'static str, String) {
+        let diffs = self.differences_from(k);
+        let predicted = self.admitted.values().flatten().count();
+        if let Some(why) = &k.checksum_problem {
+            (false, reason::KUBELET_STATE_CHECKSUM_MISMATCH, why.clone())
+        } else if k.policy_name == "none" && predicted > 0 {
+            (
+                false,
+                reason::KUBELET_POLICY_NONE,
+                format!(
+                    "the kubelet runs CPU manager policy none and pins nothing: the {predicted} allocations shown are nodetopo's predictions under its spec, not the kubelet's assignments"
+                ),
+            )
+        } else if diffs.is_empty() {
+            (
+                true,
+                reason::AGREE,
+                "the kubelet's CPU assignments equal nodetopo's".to_string(),
+            )
+        } else {
+            let mut msg = format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
+            if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
+                msg.push_str(&format!(
+                    "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
+                ));
+            }
+            (false, reason::DISAGREE, msg)
+        }
     }
 
     /// Allocations and rejections in admission order, with the kubelet's CPUs shown for the
     /// pods it holds (see [`show_kubelet_assignments`]).
-    fn published_records(&self) -> (Vec<AllocationReport>, Vec<RejectionReport>) {
+    fn published_records(
+        &self,
+        kubelet: Option<&Option<KubeletActual>>,
+    ) -> (Vec<AllocationReport>, Vec<RejectionReport>) {
         let mut order: Vec<(Option<Time>, String)> = self
             .admitted
             .keys()
@@ -738,7 +797,7 @@ impl Core {
             allocations.extend(self.admitted.get(uid).into_iter().flatten().cloned());
             rejections.extend(self.rejected.get(uid).into_iter().flatten().cloned());
         }
-        if let Ok(Some(k)) = &self.kubelet {
+        if let Some(Some(k)) = kubelet {
             show_kubelet_assignments(&mut allocations, k, &self.topology);
         }
         (allocations, rejections)
@@ -781,6 +840,11 @@ impl Core {
         self.admitted.values().flatten()
     }
 
+    /// The kubelet's last PodResources answer, when it was read.
+    pub fn podresources(&self) -> Option<&KubeletView> {
+        self.podresources.as_ref().ok().and_then(|v| v.as_ref())
+    }
+
     /// The NodeTopology spec last received, if any (it may not apply: see `status`).
     pub fn spec(&self) -> Option<&NodeTopologySpec> {
         self.spec.as_ref()
@@ -796,7 +860,7 @@ impl Core {
 /// would publish one CPU for two pods; then the first such CPU and its two holders.
 fn kubelet_merge_conflict<'a>(
     allocations: impl Iterator<Item = &'a AllocationReport>,
-    kubelet: &'a KubeletCpuState,
+    kubelet: &'a KubeletActual,
 ) -> Option<String> {
     let mut owner: BTreeMap<usize, &str> = BTreeMap::new();
     let mut claim = |uid: &'a str, set: &CpuSet| -> Option<String> {
@@ -841,7 +905,7 @@ fn kubelet_merge_conflict<'a>(
 /// whole and `KubeletAgreement` says why.
 fn show_kubelet_assignments(
     allocations: &mut [AllocationReport],
-    kubelet: &KubeletCpuState,
+    kubelet: &KubeletActual,
     topology: &CpuTopology,
 ) {
     if kubelet.policy_name != "static"
@@ -859,25 +923,6 @@ fn show_kubelet_assignments(
         };
         a.predicted_cpus = Some(a.cpus.clone());
         a.place(topology, actual);
-    }
-}
-
-/// Why the kubelet's checkpoint cannot be trusted for the comparison, if it cannot: a
-/// recomputed checksum that differs from the recorded one (the kubelet itself would refuse
-/// such a file at its next start).
-fn kubelet_checksum_problem(check: &super::kubelet_state::ChecksumCheck) -> Option<String> {
-    use super::kubelet_state::ChecksumCheck;
-    match check {
-        ChecksumCheck::Mismatch {
-            field,
-            recorded,
-            computed,
-        } => Some(format!(
-            "the kubelet checkpoint's {field} is {recorded} but its content hashes to {computed} (the kubelet would refuse this file)"
-        )),
-        ChecksumCheck::Verified | ChecksumCheck::NotRecorded | ChecksumCheck::Unverifiable(_) => {
-            None
-        }
     }
 }
 

@@ -169,20 +169,8 @@ async fn status_writer(
     }
 }
 
-/// The kubelet's PodResources view for NodeResourceTopology, or `None` (logged) when the
-/// socket is not configured or not readable within 500 ms.
-async fn read_podresources(socket: &std::path::Path) -> Option<super::podresources::KubeletView> {
-    if socket.as_os_str().is_empty() {
-        return None;
-    }
-    match super::podresources::read(socket, Duration::from_millis(500)).await {
-        Ok(v) => Some(v),
-        Err(e) => {
-            tracing::debug!("{e}");
-            None
-        }
-    }
-}
+/// How long one PodResources call may take: a stuck kubelet cannot stall admission long.
+const PODRESOURCES_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Cluster mode until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
@@ -259,7 +247,6 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         ));
         nrt_tx
     });
-    let mut podres_due = true;
     // Actuation verdicts come back as core events (the task runs with actuation off too, to
     // answer a rollout mark with ActuationDisabled).
     let (act_tx, act_rx) = tokio::sync::mpsc::channel(4);
@@ -291,6 +278,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let mut cycle = Cycle::new(cp_path);
     loop {
         let mut stop = false;
+        let mut kubelet_read = false;
         tokio::select! {
             ev = events.next() => match ev {
                 Some(ev) => core.apply(ev),
@@ -298,7 +286,10 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             },
             _ = kubelet_tick.tick() => {
                 core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
-                podres_due = true;
+                core.apply(Event::PodResources(
+                    super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT).await,
+                ));
+                kubelet_read = true;
             }
             _ = term.recv() => stop = true,
         }
@@ -316,20 +307,21 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         }
         let started = std::time::Instant::now();
         let status = cycle.run(&mut core, &metrics, &now());
-        if let Some(nrt_tx) = &nrt_tx {
-            // The kubelet's PodResources are re-read when the status changed or on the
-            // kubelet tick; each read waits 500 ms at most, so a stuck kubelet cannot stall
-            // admission for long.
-            podres_due |= status.is_some();
-            if let (true, Some(current)) = (podres_due, status.as_ref().or(cycle.last_status())) {
-                podres_due = false;
-                let podres = read_podresources(&args.pod_resources_socket).await;
-                match super::nrt::desired(&core, current, podres.as_ref(), &node) {
-                    Ok(obj) => {
-                        let _ = nrt_tx.send(Some(obj));
-                    }
-                    Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
+        let nrt_status = match &status {
+            Some(s) => Some(s),
+            // Devices are in the object but not in status: a fresh PodResources answer may
+            // change the object alone.
+            None if kubelet_read => cycle.last_status(),
+            None => None,
+        };
+        if let (Some(nrt_tx), Some(current)) = (&nrt_tx, nrt_status) {
+            // The object follows each new status and each kubelet read (same kubelet view);
+            // the writer sends it only when it differs from the last one written.
+            match super::nrt::desired(&core, current, &node) {
+                Ok(obj) => {
+                    let _ = nrt_tx.send(Some(obj));
                 }
+                Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
             }
         }
         if let Some(status) = status {

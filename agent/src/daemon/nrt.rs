@@ -3,11 +3,11 @@
 //! state as NodeTopology status, and written by a task of its own.
 //!
 //! - [`desired`] is pure: the core's applied spec, pools and allocation records, and the
-//!   kubelet's own view where it is readable, into the object. The exclusive CPUs are, in
-//!   order of preference, the kubelet's PodResources API's (source `PodResources`), its
-//!   CPU manager checkpoint's (`Checkpoint`), or the agent's own admissions (`Agent`); a
-//!   kubelet running CPU manager policy `none` is published as such (nothing pinned)
-//!   whatever nodetopo's spec says.
+//!   kubelet's own view where it is readable, into the object. The exclusive CPUs are those
+//!   of NodeTopology status's `kubelet` (the same source: the kubelet's PodResources API,
+//!   `PodResources`, else its CPU manager checkpoint, `Checkpoint`), or, with neither, the
+//!   agent's own admissions (`Agent`); a kubelet running CPU manager policy `none` is
+//!   published as such (nothing pinned) whatever nodetopo's spec says.
 //! - [`writer`] applies it (server-side apply, field manager `nodetopo-agent`, not forced:
 //!   a conflict with another producer such as NFD's topology-updater is logged, never
 //!   overridden), with an owner reference to the Node, only when it differs from what was
@@ -22,23 +22,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use nodetopo_crds::nrt::{
-    self, from_engine, AllocationSource, CpuAccounting, NodeResourceTopology, NrtInput,
+    self, from_engine, AllocationSource, CpuAccounting, DeviceInventory, NodeResourceTopology,
+    NrtInput,
 };
-use nodetopo_crds::{NodeTopologyStatus, AGENT_FIELD_MANAGER};
+use nodetopo_crds::{KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuSet;
-
-use nodetopo_engine::admission::CpuManagerConfig;
 
 use super::config::node_config;
 use super::core::Core;
-use super::podresources::KubeletView;
 
 /// The object for the core's current state, or why there is none yet (no spec applied, a
 /// spec that does not apply, or inputs the builder refuses).
 pub fn desired(
     core: &Core,
     status: &NodeTopologyStatus,
-    podresources: Option<&KubeletView>,
     node: &str,
 ) -> Result<NodeResourceTopology, String> {
     let spec = core
@@ -53,87 +50,77 @@ pub fn desired(
         .allocations()
         .map(|a| (a.pod_uid.as_str(), a.pod.as_str()))
         .collect();
-    let (cpu, pods, source) = match (podresources, &status.kubelet) {
-        // The kubelet's PodResources API: its exclusive CPUs and the pods holding them, by
-        // name. The policy comes from its checkpoint where readable, else from the spec.
-        (Some(v), kubelet) => {
-            let policy_none = match kubelet {
-                Some(k) => k.policy_name == "none",
-                None => matches!(config.cpu, CpuManagerConfig::None),
+    // The same kubelet view as NodeTopology status: PodResources, else the checkpoint.
+    let kubelet = status.kubelet.as_ref().filter(|k| {
+        matches!(
+            k.source,
+            KubeletSource::PodResources | KubeletSource::Checkpoint
+        )
+    });
+    let (cpu, pods, source) = match kubelet {
+        // A kubelet with CPU manager policy none pins nothing, whatever the spec says.
+        Some(k) if k.policy_name == "none" => (
+            CpuAccounting::PolicyNone {
+                reserved: pools.reserved.clone(),
+            },
+            Vec::new(),
+            allocation_source(k.source),
+        ),
+        Some(k) => {
+            let mut exclusive = CpuSet::new();
+            for a in &k.assignments {
+                let set = CpuSet::parse(&a.cpus).map_err(|e| {
+                    format!(
+                        "kubelet assignment {}/{}: {:?}: {e}",
+                        if a.pod.is_empty() { &a.pod_uid } else { &a.pod },
+                        a.container,
+                        a.cpus
+                    )
+                })?;
+                exclusive = exclusive.union(&set);
+            }
+            let options = match from_engine::cpu_accounting(&config.cpu, &pools) {
+                CpuAccounting::Static { options, .. } => options,
+                CpuAccounting::PolicyNone { .. } => Default::default(),
             };
-            let cpu = if policy_none {
-                CpuAccounting::PolicyNone {
-                    reserved: pools.reserved.clone(),
-                }
-            } else {
-                let options = match from_engine::cpu_accounting(&config.cpu, &pools) {
-                    CpuAccounting::Static { options, .. } => options,
-                    CpuAccounting::PolicyNone { .. } => Default::default(),
-                };
-                CpuAccounting::Static {
-                    reserved: pools.reserved.clone(),
-                    exclusive: v.exclusive(),
-                    options,
-                }
+            let cpu = CpuAccounting::Static {
+                reserved: pools.reserved.clone(),
+                exclusive,
+                options,
             };
-            let mut pods: Vec<(String, String)> = v
-                .containers
-                .iter()
-                .map(|c| (c.namespace.clone(), c.pod.clone()))
-                .collect();
-            pods.dedup();
-            (cpu, pods, AllocationSource::PodResources)
-        }
-        (None, Some(k)) => {
-            let cpu = if k.policy_name == "none" {
-                CpuAccounting::PolicyNone {
-                    reserved: pools.reserved.clone(),
-                }
-            } else {
-                let mut exclusive = CpuSet::new();
-                for a in &k.assignments {
-                    let set = CpuSet::parse(&a.cpus).map_err(|e| {
-                        format!(
-                            "kubelet assignment {}/{}: {:?}: {e}",
-                            a.pod_uid, a.container, a.cpus
-                        )
-                    })?;
-                    exclusive = exclusive.union(&set);
-                }
-                match from_engine::cpu_accounting(&config.cpu, &pools) {
-                    CpuAccounting::Static {
-                        reserved, options, ..
-                    } => CpuAccounting::Static {
-                        reserved,
-                        exclusive,
-                        options,
-                    },
-                    CpuAccounting::PolicyNone { reserved } => CpuAccounting::Static {
-                        reserved,
-                        exclusive,
-                        options: Default::default(),
-                    },
-                }
-            };
-            // Pods the kubelet pins; a UID the agent has no record of (a pod it has not
-            // seen yet) cannot be named, and the scheduler then sees a fingerprint
-            // mismatch and keeps its own accounting for the node until the next write.
+            // Pods the kubelet pins, by name: PodResources names them; a checkpoint UID the
+            // agent has no record of (a pod it has not seen yet) cannot be named, and the
+            // scheduler then sees a fingerprint mismatch and keeps its own accounting for
+            // the node until the next write.
             let mut pods: Vec<(String, String)> = k
                 .assignments
                 .iter()
-                .filter_map(|a| names.get(a.pod_uid.as_str()))
+                .filter_map(|a| {
+                    if a.pod.is_empty() {
+                        names.get(a.pod_uid.as_str()).copied()
+                    } else {
+                        Some(a.pod.as_str())
+                    }
+                })
                 .filter_map(|p| p.split_once('/'))
                 .map(|(ns, n)| (ns.to_string(), n.to_string()))
                 .collect();
             pods.sort();
             pods.dedup();
-            (cpu, pods, AllocationSource::Checkpoint)
+            (cpu, pods, allocation_source(k.source))
         }
-        (None, None) => (
+        None => (
             from_engine::cpu_accounting(&config.cpu, &pools),
             from_engine::fingerprint_pods(core.allocations()),
             AllocationSource::Agent,
         ),
+    };
+    // Devices only from PodResources, and only when it is the source status shows (an
+    // answer refused for its CPUs is not half-used for its devices).
+    let no_devices = DeviceInventory::default();
+    let devices = match (kubelet.map(|k| k.source), core.podresources()) {
+        (Some(KubeletSource::PodResources), Some(v)) => &v.devices,
+        _ => &no_devices,
     };
     let input = NrtInput {
         node_name: node,
@@ -144,8 +131,17 @@ pub fn desired(
         memory: None,
         fingerprint_pods: &pods,
         source,
+        devices,
     };
     nrt::build(&input).map_err(|e| e.to_string())
+}
+
+fn allocation_source(s: KubeletSource) -> AllocationSource {
+    match s {
+        KubeletSource::PodResources => AllocationSource::PodResources,
+        KubeletSource::Checkpoint => AllocationSource::Checkpoint,
+        KubeletSource::None => AllocationSource::Agent,
+    }
 }
 
 /// `obj` owned by the Node `node` with UID `uid`.

@@ -216,11 +216,21 @@ pub fn kubelet_state(
     state: &KubeletCpuState,
     topology: &CpuTopology,
 ) -> Result<(), Violation> {
-    let flat = state
-        .entries
+    kubelet_sets(file, &state.default_cpu_set, &state.entries, topology)
+}
+
+/// The same invariants for any kubelet view (a checkpoint, a PodResources answer): a shared
+/// pool and pod -> container -> CPUs on this machine, no CPU in two pods or in both places.
+pub fn kubelet_sets(
+    file: &Path,
+    default: &CpuSet,
+    entries: &BTreeMap<String, BTreeMap<String, CpuSet>>,
+    topology: &CpuTopology,
+) -> Result<(), Violation> {
+    let flat = entries
         .iter()
         .flat_map(|(u, cs)| cs.iter().map(move |(c, s)| (u, c, s)));
-    check_sets(topology, &state.default_cpu_set, flat).map_err(|(invariant, why)| Violation {
+    check_sets(topology, default, flat).map_err(|(invariant, why)| Violation {
         file: file.display().to_string(),
         invariant,
         why,

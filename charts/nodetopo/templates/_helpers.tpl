@@ -80,3 +80,22 @@ seccompProfile:
 {{- define "nodetopo.agentUsername" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "nodetopo.agentName" .) -}}
 {{- end -}}
+
+{{/*
+Whether the agent reads the kubelet's PodResources API: with nrt.enabled or
+agent.readPodResources, unless agent.podResourcesSocket is empty. Renders "true" or nothing.
+*/}}
+{{- define "nodetopo.podResources" -}}
+{{- if and .Values.agent.podResourcesSocket (or .Values.nrt.enabled .Values.agent.readPodResources) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The uid the agent container runs as: 0 to reach the PodResources socket or for actuation, else agent.runAsUser. */}}
+{{- define "nodetopo.agentUid" -}}
+{{- if or (include "nodetopo.podResources" .) .Values.agent.actuation.enabled -}}
+0
+{{- else -}}
+{{- .Values.agent.runAsUser -}}
+{{- end -}}
+{{- end -}}

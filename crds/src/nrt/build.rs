@@ -129,6 +129,17 @@ impl AllocationSource {
     }
 }
 
+/// Device-plugin devices as the kubelet reports them (PodResources
+/// `GetAllocatableResources` and `List`), for per-NUMA device resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceInventory {
+    /// Resource name -> device id -> the NUMA nodes the device is attached to (empty when
+    /// its plugin reports no topology).
+    pub allocatable: BTreeMap<String, BTreeMap<String, BTreeSet<usize>>>,
+    /// Resource name -> device ids assigned to containers.
+    pub assigned: BTreeMap<String, BTreeSet<String>>,
+}
+
 /// Everything the object is built from.
 #[derive(Debug, Clone)]
 pub struct NrtInput<'a> {
@@ -150,6 +161,8 @@ pub struct NrtInput<'a> {
     pub fingerprint_pods: &'a [(String, String)],
     /// Where the allocations came from.
     pub source: AllocationSource,
+    /// Device-plugin devices (empty when the kubelet's PodResources API is not read).
+    pub devices: &'a DeviceInventory,
 }
 
 /// Why an object cannot be built.
@@ -167,6 +180,16 @@ pub enum NrtError {
     /// Memory tables for a NUMA node the machine does not have.
     #[error("memory manager state names NUMA node {0}, which this machine does not have")]
     UnknownMemoryNode(usize),
+    /// A device attached to a NUMA node the machine does not have.
+    #[error("device {device} of resource {resource} is attached to NUMA node {node}, which this machine does not have")]
+    UnknownDeviceNode {
+        /// The resource name.
+        resource: String,
+        /// The device id.
+        device: String,
+        /// The NUMA node id.
+        node: usize,
+    },
 }
 
 /// The zone name of NUMA node `id` (the API helper's `numanode.IDToName`).
@@ -260,6 +283,17 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
     }
 
     let node_ids: Vec<usize> = t.numa_nodes().iter().map(|n| n.id).collect();
+    for (resource, devs) in &input.devices.allocatable {
+        for (device, nodes) in devs {
+            if let Some(node) = nodes.iter().find(|n| !node_ids.contains(n)) {
+                return Err(NrtError::UnknownDeviceNode {
+                    resource: resource.clone(),
+                    device: device.clone(),
+                    node: *node,
+                });
+            }
+        }
+    }
     let mut zones = Vec::new();
     for n in t.numa_nodes() {
         let name = numa_zone_name(n.id);
@@ -280,6 +314,7 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
             n.cpus.intersection(&countable).len(),
         )];
         resources.extend(memory_resources(n, input.memory.and_then(|m| m.get(&n.id))));
+        resources.extend(device_resources(n.id, input.devices));
         zones.push(Zone {
             name,
             type_: ZONE_TYPE_NUMA_NODE.into(),
@@ -402,6 +437,35 @@ fn memory_resources(
             bytes,
             bytes,
         ));
+    }
+    out
+}
+
+/// The device resources of NUMA node `node`, by resource name: capacity = allocatable =
+/// the devices attached to it (a device on several nodes counts on each, as the kubelet
+/// reports it once per node), available = those not assigned to a container. Devices
+/// without topology belong to no zone and are left out; resources with no device on the
+/// node are not listed.
+fn device_resources(node: usize, devices: &DeviceInventory) -> Vec<ResourceInfo> {
+    let none = BTreeSet::new();
+    let mut out = Vec::new();
+    for (resource, devs) in &devices.allocatable {
+        let here: Vec<&String> = devs
+            .iter()
+            .filter(|(_, nodes)| nodes.contains(&node))
+            .map(|(id, _)| id)
+            .collect();
+        if here.is_empty() {
+            continue;
+        }
+        let assigned = devices.assigned.get(resource).unwrap_or(&none);
+        let free = here.iter().filter(|id| !assigned.contains(**id)).count();
+        out.push(ResourceInfo {
+            name: resource.clone(),
+            capacity: here.len().to_string(),
+            allocatable: here.len().to_string(),
+            available: free.to_string(),
+        });
     }
     out
 }

@@ -10,7 +10,10 @@ pub mod fingerprint;
 pub mod from_engine;
 pub mod types;
 
-pub use build::{build, AllocationSource, CpuAccounting, NrtError, NrtInput, TopologyManagerView};
+pub use build::{
+    build, AllocationSource, CpuAccounting, DeviceInventory, NrtError, NrtInput,
+    TopologyManagerView,
+};
 pub use fingerprint::PodFingerprint;
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 

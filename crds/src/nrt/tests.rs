@@ -62,8 +62,14 @@ fn input<'a>(t: &'a CpuTopology, cpu: CpuAccounting, pods: &'a [(String, String)
         memory: None,
         fingerprint_pods: pods,
         source: AllocationSource::PodResources,
+        devices: &NO_DEVICES,
     }
 }
+
+static NO_DEVICES: DeviceInventory = DeviceInventory {
+    allocatable: BTreeMap::new(),
+    assigned: BTreeMap::new(),
+};
 
 fn cpu_of(o: &super::NodeResourceTopology, zone: &str) -> (String, String, String) {
     let r = o.zone(zone).expect("zone").resource("cpu").expect("cpu");
@@ -242,5 +248,80 @@ fn legacy_policy_names() {
             "SingleNUMANodeContainerLevel",
             "SingleNUMANodePodLevel"
         ]
+    );
+}
+
+#[test]
+fn devices_per_numa_zone_and_unknown_nodes_refused() {
+    let t = machine();
+    let nodes = |ids: &[usize]| ids.iter().copied().collect::<BTreeSet<usize>>();
+    let mut devices = DeviceInventory::default();
+    let nics = devices
+        .allocatable
+        .entry("example.com/nic".into())
+        .or_default();
+    nics.insert("vf0".into(), nodes(&[0]));
+    nics.insert("vf1".into(), nodes(&[0]));
+    nics.insert("vf2".into(), nodes(&[1]));
+    // A device on both nodes counts on each; one without topology on none.
+    nics.insert("vf3".into(), nodes(&[0, 1]));
+    nics.insert("vf4".into(), nodes(&[]));
+    devices
+        .allocatable
+        .entry("example.com/gpu".into())
+        .or_default()
+        .insert("gpu0".into(), nodes(&[1]));
+    devices
+        .assigned
+        .entry("example.com/nic".into())
+        .or_default()
+        .extend(["vf1".to_string(), "vf3".to_string(), "gone".to_string()]);
+    let mut i = input(
+        &t,
+        CpuAccounting::PolicyNone {
+            reserved: CpuSet::new(),
+        },
+        &[],
+    );
+    i.devices = &devices;
+    let o = build(&i).expect("builds");
+    let dev = |zone: &str, r: &str| {
+        o.zone(zone).and_then(|z| z.resource(r)).map(|x| {
+            (
+                x.capacity.clone(),
+                x.allocatable.clone(),
+                x.available.clone(),
+            )
+        })
+    };
+    let s = |a: &str, b: &str, c: &str| Some((a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(dev("node-0", "example.com/nic"), s("3", "3", "1"));
+    assert_eq!(dev("node-1", "example.com/nic"), s("2", "2", "1"));
+    assert_eq!(dev("node-0", "example.com/gpu"), None, "no device there");
+    assert_eq!(dev("node-1", "example.com/gpu"), s("1", "1", "1"));
+    // After cpu and memory, by resource name.
+    let names: Vec<&str> = o
+        .zone("node-1")
+        .expect("zone")
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names.first(), Some(&"cpu"));
+    assert_eq!(
+        &names[names.len() - 2..],
+        ["example.com/gpu", "example.com/nic"]
+    );
+
+    let mut bad = devices.clone();
+    bad.allocatable
+        .entry("example.com/gpu".into())
+        .or_default()
+        .insert("gpu9".into(), nodes(&[7]));
+    i.devices = &bad;
+    let e = build(&i).expect_err("refused");
+    assert_eq!(
+        e.to_string(),
+        "device gpu9 of resource example.com/gpu is attached to NUMA node 7, which this machine does not have"
     );
 }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nodetopo_crds::nrt::{self, from_engine, AllocationSource, NodeResourceTopology, NrtInput};
+use nodetopo_crds::nrt::{
+    self, from_engine, AllocationSource, DeviceInventory, NodeResourceTopology, NrtInput,
+};
 use nodetopo_engine::admission::{CpuManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::report::AllocationReport;
@@ -91,6 +93,8 @@ pub struct NodeState {
     pub admitter: NodeAdmitter,
     pub allocations: Vec<AllocationReport>,
     pub rejected: usize,
+    /// Device-plugin devices, as PodResources would report them.
+    pub devices: DeviceInventory,
 }
 
 impl NodeState {
@@ -101,6 +105,7 @@ impl NodeState {
             admitter,
             allocations: Vec::new(),
             rejected: 0,
+            devices: DeviceInventory::default(),
         }
     }
 
@@ -132,8 +137,23 @@ impl NodeState {
             memory: None,
             fingerprint_pods: &pods,
             source: AllocationSource::Agent,
+            devices: &self.devices,
         };
         nrt::build(&input).expect("object builds")
+    }
+}
+
+/// Adds `count` devices `<prefix><i>` of `resource` attached to `nodes`.
+pub fn add_devices(
+    inv: &mut DeviceInventory,
+    resource: &str,
+    prefix: &str,
+    count: usize,
+    nodes: &[usize],
+) {
+    let devs = inv.allocatable.entry(resource.to_string()).or_default();
+    for i in 0..count {
+        devs.insert(format!("{prefix}{i}"), nodes.iter().copied().collect());
     }
 }
 

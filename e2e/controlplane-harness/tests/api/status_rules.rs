@@ -156,7 +156,15 @@ fn derive(
         out.push(case(id.clone(), with(base, steps, list(n)), None));
         out.push(case(id, with(base, steps, list(n + 1)), Some(field.into())));
     }
-    if s.enum_.is_some() {
+    if let Some(values) = &s.enum_ {
+        // Every listed value is accepted; one not listed is rejected.
+        for v in values {
+            out.push(case(
+                format!("enum:{id_path}"),
+                with(base, steps, v.0.clone()),
+                None,
+            ));
+        }
         out.push(case(
             format!("enum:{id_path}"),
             with(base, steps, json!("not-a-listed-value")),

@@ -1,0 +1,208 @@
+//! What the kubelet actually did, from the best source readable: its PodResources API
+//! (`List` + `GetAllocatableResources`, [`super::podresources`]) when the socket answers,
+//! else its CPU manager checkpoint ([`super::kubelet_state`]), else nothing.
+//!
+//! Pure: the core hands in both reads and the pods it knows (PodResources names pods by
+//! namespace and name, the checkpoint by UID; both are keyed by UID here, through the pods
+//! the agent watches). A pod PodResources reports that the agent has not seen yet keeps its
+//! `namespace/name` as its key (UIDs never contain `/`), so it still counts and is shown
+//! with its name and an empty UID.
+//!
+//! From PodResources the CPU manager policy is `none` exactly when the kubelet reports no
+//! allocatable CPUs: its `none` policy's `GetAllocatableCPUs` is empty, the static policy's
+//! is every online CPU but the reserved ones
+//! (pkg/kubelet/cm/cpumanager/policy_{none,static}.go). The shared pool is every online CPU
+//! but the exclusive ones, as in the kubelet's `defaultCpuSet`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use nodetopo_crds::{KubeletAssignment, KubeletObserved, KubeletSource};
+use nodetopo_engine::{CpuSet, CpuTopology};
+
+use super::kubelet_state::{ChecksumCheck, KubeletCpuState};
+use super::podresources::KubeletView;
+use super::validate;
+
+/// The kubelet's CPU assignments, whichever source they came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletActual {
+    /// `PodResources` or `Checkpoint`.
+    pub source: KubeletSource,
+    /// `none` or `static`.
+    pub policy_name: String,
+    /// The shared pool.
+    pub default_cpu_set: CpuSet,
+    /// pod UID (or `namespace/name`, see the module documentation) -> container -> CPUs.
+    pub entries: BTreeMap<String, BTreeMap<String, CpuSet>>,
+    /// `namespace/name` by key, where known.
+    pub names: BTreeMap<String, String>,
+    /// Why the source cannot be trusted for a comparison (a checkpoint failing its checksum).
+    pub checksum_problem: Option<String>,
+    /// Why PodResources was not used, when it was configured but failed.
+    pub fallback: Option<String>,
+}
+
+impl KubeletActual {
+    /// The published shape: assignments sorted by pod UID (then name), container.
+    pub fn observed(&self) -> KubeletObserved {
+        let mut assignments: Vec<KubeletAssignment> = self
+            .entries
+            .iter()
+            .flat_map(|(key, cs)| {
+                let named = key.contains('/');
+                let pod = self.names.get(key).cloned().unwrap_or_default();
+                cs.iter().map(move |(c, s)| KubeletAssignment {
+                    pod_uid: if named { String::new() } else { key.clone() },
+                    pod: pod.clone(),
+                    container: c.clone(),
+                    cpus: s.to_string(),
+                })
+            })
+            .collect();
+        assignments.sort_by(|a, b| {
+            (&a.pod_uid, &a.pod, &a.container).cmp(&(&b.pod_uid, &b.pod, &b.container))
+        });
+        KubeletObserved {
+            source: self.source,
+            policy_name: self.policy_name.clone(),
+            default_cpu_set: self.default_cpu_set.to_string(),
+            assignments,
+        }
+    }
+
+    /// Every CPU held exclusively.
+    pub fn exclusive(&self) -> CpuSet {
+        self.entries
+            .values()
+            .flat_map(|cs| cs.values())
+            .fold(CpuSet::new(), |acc, s| acc.union(s))
+    }
+}
+
+/// The published shape when neither source could be read.
+pub fn observed_none() -> KubeletObserved {
+    KubeletObserved {
+        source: KubeletSource::None,
+        ..Default::default()
+    }
+}
+
+/// The kubelet's view from PodResources, keyed by UID through `uid_of(namespace, name)`,
+/// and validated against this machine (every CPU on it, no CPU held by two pods): a kubelet
+/// answer that breaks an invariant is an error naming it, never published.
+pub fn from_podresources(
+    view: &KubeletView,
+    topology: &CpuTopology,
+    uid_of: impl Fn(&str, &str) -> Option<String>,
+) -> Result<KubeletActual, String> {
+    let mut entries: BTreeMap<String, BTreeMap<String, CpuSet>> = BTreeMap::new();
+    let mut names = BTreeMap::new();
+    for c in &view.containers {
+        let name = format!("{}/{}", c.namespace, c.pod);
+        let key = uid_of(&c.namespace, &c.pod).unwrap_or_else(|| name.clone());
+        names.insert(key.clone(), name);
+        entries
+            .entry(key)
+            .or_default()
+            .insert(c.container.clone(), c.cpus.clone());
+    }
+    let policy_name = if view.allocatable_cpus.is_empty() {
+        "none"
+    } else {
+        "static"
+    };
+    let mut actual = KubeletActual {
+        source: KubeletSource::PodResources,
+        policy_name: policy_name.to_string(),
+        default_cpu_set: CpuSet::new(),
+        entries,
+        names,
+        checksum_problem: None,
+        fallback: None,
+    };
+    let exclusive = actual.exclusive();
+    actual.default_cpu_set = topology.all_cpus().difference(&exclusive);
+    validate::kubelet_sets(
+        Path::new("the kubelet's PodResources answer"),
+        &actual.default_cpu_set,
+        &actual.entries,
+        topology,
+    )
+    .map_err(|v| v.to_string())?;
+    if let Some(cpu) = view
+        .allocatable_cpus
+        .iter()
+        .find(|c| topology.cpu(*c).is_none())
+    {
+        return Err(format!(
+            "the kubelet's PodResources answer: allocatable cpu {cpu} is not a CPU of this machine"
+        ));
+    }
+    Ok(actual)
+}
+
+/// The kubelet's view from its (already validated) checkpoint; pod names from `name_of(uid)`.
+pub fn from_checkpoint(
+    k: &KubeletCpuState,
+    name_of: impl Fn(&str) -> Option<String>,
+) -> KubeletActual {
+    let names = k
+        .entries
+        .keys()
+        .filter_map(|uid| name_of(uid).map(|n| (uid.clone(), n)))
+        .collect();
+    KubeletActual {
+        source: KubeletSource::Checkpoint,
+        policy_name: k.policy_name.clone(),
+        default_cpu_set: k.default_cpu_set.clone(),
+        entries: k.entries.clone(),
+        names,
+        checksum_problem: checksum_problem(&k.checksum_check),
+        fallback: None,
+    }
+}
+
+/// The source to use: PodResources when it answered, else the checkpoint (with the reason
+/// PodResources failed, if it did), else nothing (`Ok(None)`) or every error.
+///
+/// `podresources` is `Ok(None)` when the socket is not configured or absent (no kubelet
+/// PodResources endpoint mounted: the checkpoint is the expected source then, silently).
+pub fn choose(
+    podresources: Result<Option<KubeletActual>, String>,
+    checkpoint: Result<Option<KubeletActual>, String>,
+) -> Result<Option<KubeletActual>, String> {
+    match (podresources, checkpoint) {
+        (Ok(Some(p)), _) => Ok(Some(p)),
+        (Ok(None), c) => c,
+        (Err(pe), Ok(Some(mut c))) => {
+            c.fallback = Some(pe);
+            Ok(Some(c))
+        }
+        (Err(pe), Ok(None)) => Err(format!(
+            "{pe}; and there is no kubelet CPU manager checkpoint to fall back to"
+        )),
+        (Err(pe), Err(ce)) => Err(format!("{pe}; {ce}")),
+    }
+}
+
+/// Why the kubelet's checkpoint cannot be trusted for the comparison, if it cannot: a
+/// recomputed checksum that differs from the recorded one (the kubelet itself would refuse
+/// such a file at its next start).
+fn checksum_problem(check: &ChecksumCheck) -> Option<String> {
+    match check {
+        ChecksumCheck::Mismatch {
+            field,
+            recorded,
+            computed,
+        } => Some(format!(
+            "the kubelet checkpoint's {field} is {recorded} but its content hashes to {computed} (the kubelet would refuse this file)"
+        )),
+        ChecksumCheck::Verified | ChecksumCheck::NotRecorded | ChecksumCheck::Unverifiable(_) => {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
