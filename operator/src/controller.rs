@@ -1,8 +1,9 @@
 //! The kube layer: watches, the two reconcilers, error backoff.
 //!
-//! - Node controller: one reconcile per Node. Triggers: the Node itself (labels), its owned
-//!   NodeTopology, and any policy change (mapped to every node). Applies the node's desired
-//!   NodeTopology spec when it differs (no-ops are skipped).
+//! - Node controller: one reconcile per Node. Triggers: the Node itself (labels), a spec change
+//!   or deletion of its owned NodeTopology, and a spec change or deletion of any policy
+//!   (mapped to every node); status-only writes do not trigger it ([`crate::triggers`]).
+//!   Applies the node's desired NodeTopology spec when it differs (no-ops are skipped).
 //! - Policy controller: one reconcile per NodeResourcePolicy. Triggers: the policy, and any
 //!   Node or NodeTopology change (mapped to every policy, since a node can move between
 //!   policies). Applies the policy status when it differs and publishes events on flips.
@@ -29,7 +30,8 @@ use tracing::{info, instrument, warn};
 use crate::apply;
 use crate::decide::{self, compile, desire_node, needs_apply};
 use crate::error::Error;
-use crate::metrics::{ErrorLabels, Metrics, PolicyLabels};
+use crate::metrics::{ErrorLabels, Metrics};
+use crate::triggers::spec_changes;
 
 /// Everything a reconcile needs.
 pub struct Context {
@@ -103,6 +105,8 @@ pub const INVALID_RETRY: Duration = Duration::from_secs(300);
 #[instrument(skip_all, fields(node = %node.name_any()))]
 pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.start("node");
+    // Deciding on a partly listed set of policies would write a wrong spec first.
+    stores_ready(&ctx).await?;
     let policies = ctx.policies.state();
     let compiled = compile(&policies);
     let desired = desire_node(&compiled, &node);
@@ -151,21 +155,18 @@ pub async fn reconcile_policy(
     let Some(status) = decision.statuses.get(&name) else {
         return Ok(Action::await_change());
     };
-    for (state, n) in [
-        ("matched", status.matched_nodes),
-        ("governed", status.governed_nodes),
-        ("applied", status.applied_nodes),
-        ("invalid", status.invalid_nodes),
-        ("overridden", status.overridden_nodes),
-    ] {
-        ctx.metrics
-            .nodes_per_policy
-            .get_or_create(&PolicyLabels {
-                policy: name.clone(),
-                state,
-            })
-            .set(i64::from(n));
-    }
+    ctx.metrics.set_policy_nodes(
+        &name,
+        [
+            status.matched_nodes,
+            status.governed_nodes,
+            status.applied_nodes,
+            status.invalid_nodes,
+            status.overridden_nodes,
+        ],
+    );
+    ctx.metrics
+        .retain_policies(|p| p == name || policies.iter().any(|q| q.name_any() == p));
     if decide::status_changed(policy.status.as_ref(), status) {
         apply::apply_policy_status(&ctx.policy_api, &name, status).await?;
         ctx.metrics
@@ -200,6 +201,19 @@ pub async fn reconcile_policy(
     }
     ctx.succeeded(&format!("policy/{name}"));
     Ok(Action::await_change())
+}
+
+/// Waits until the policy and NodeTopology stores hold their first full list.
+async fn stores_ready(ctx: &Context) -> Result<(), Error> {
+    let stopped = |store: &'static str| Error::StoreClosed { store };
+    ctx.policies
+        .wait_until_ready()
+        .await
+        .map_err(|_| stopped("policy"))?;
+    ctx.ntopos
+        .wait_until_ready()
+        .await
+        .map_err(|_| stopped("NodeTopology"))
 }
 
 fn error_policy<K: Resource>(
@@ -240,18 +254,25 @@ pub async fn run<S, F>(
     let ntopo_api: Api<NodeTopology> = Api::all(client.clone());
     let wc = watcher::Config::default();
 
+    // The policy and NodeTopology stores are fed by the node controller's own trigger
+    // streams: an object reaches its store before the reconcile it triggers runs, so the
+    // reconcile never compares with a copy older than its trigger.
     let (policies, policy_writer) = reflector::store();
-    let policy_feed = reflector::reflector(policy_writer, watcher(policy_api.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| futures::future::ready(()));
+    let forget = metrics.clone();
+    let policy_changes = spec_changes(
+        reflector::reflector(policy_writer, watcher(policy_api.clone(), wc.clone()))
+            .default_backoff()
+            .inspect(move |ev| {
+                if let Ok(watcher::Event::Delete(p)) = ev {
+                    forget.forget_policy(&p.name_any());
+                }
+            }),
+    );
     let (ntopos, ntopo_writer) = reflector::store();
-    let ntopo_feed = reflector::reflector(ntopo_writer, watcher(ntopo_api.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| futures::future::ready(()));
-    tokio::spawn(policy_feed);
-    tokio::spawn(ntopo_feed);
+    let ntopo_changes = spec_changes(
+        reflector::reflector(ntopo_writer, watcher(ntopo_api.clone(), wc.clone()))
+            .default_backoff(),
+    );
 
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
     let node_ctrl = Controller::new(node_api.clone(), wc.clone()).with_config(config.clone());
@@ -293,8 +314,8 @@ pub async fn run<S, F>(
         }
     };
     let node_run = node_ctrl
-        .owns(ntopo_api.clone(), wc.clone())
-        .watches(policy_api.clone(), wc.clone(), all_nodes)
+        .owns_stream(ntopo_changes)
+        .watches_stream(policy_changes, all_nodes)
         .graceful_shutdown_on(shutdown())
         .run(reconcile_node, error_policy::<Node>("node"), ctx.clone())
         .for_each(|_| futures::future::ready(()));

@@ -207,11 +207,10 @@ pub fn node_state(existing: Option<&NodeTopology>, desired: &NodeTopologySpec) -
     NodeState::Applied
 }
 
-/// Everything the operator should write.
+/// The policy statuses the operator should write (each node's NodeTopology spec is
+/// [`desire_node`]'s, decided per node by the node controller).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// Desired NodeTopology per node, sorted by node name.
-    pub nodes: Vec<DesiredNode>,
     /// Desired status per policy name.
     pub statuses: BTreeMap<String, NodeResourcePolicyStatus>,
 }
@@ -253,7 +252,7 @@ fn named(list: &[String]) -> String {
     s
 }
 
-/// Decides every node and every policy status. `existing` are the current NodeTopologies (any
+/// Decides every policy status from every node's state. `existing` are the current NodeTopologies (any
 /// order); `now` stamps conditions that flip.
 pub fn decide<P, N, T>(policies: &[P], nodes: &[N], existing: &[T], now: &Time) -> Decision
 where
@@ -271,7 +270,6 @@ where
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
     let mut tallies: Vec<Tally> = compiled.iter().map(|_| Tally::default()).collect();
-    let mut desired = Vec::with_capacity(sorted.len());
     let empty = BTreeMap::new();
     for node in sorted {
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -313,11 +311,6 @@ where
                 );
             }
         }
-        desired.push(DesiredNode {
-            node: name,
-            node_uid: node.metadata.uid.clone().unwrap_or_default(),
-            spec,
-        });
     }
 
     let statuses = compiled
@@ -325,10 +318,7 @@ where
         .zip(tallies)
         .map(|(p, t)| (p.name.to_string(), roll_up(p, t, now)))
         .collect();
-    Decision {
-        nodes: desired,
-        statuses,
-    }
+    Decision { statuses }
 }
 
 /// The policy's `Conflict` condition: some matched nodes are governed by another policy.

@@ -14,3 +14,4 @@ pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod selector;
+pub mod triggers;
