@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
+use nodetopo_runtime::admin::Readiness;
 use tracing::{info, instrument, warn};
 
 use crate::apply;
@@ -243,7 +243,7 @@ pub async fn run<S, F>(
     client: Client,
     metrics: Arc<Metrics>,
     recorder: Recorder,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
     shutdown: S,
 ) where
     S: Fn() -> F,
@@ -298,7 +298,7 @@ pub async fn run<S, F>(
                 && t.wait_until_ready().await.is_ok();
             if synced {
                 info!("watches synced");
-                ready.store(true, Ordering::SeqCst);
+                ready.set(true);
             }
         });
     }

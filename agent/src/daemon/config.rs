@@ -7,23 +7,24 @@ use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeConf
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::topologymanager::TmOptions;
 
+use super::core::SpecError;
+
 /// Converts a spec; the error names the field and is meant for the `Invalid` condition.
-pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, String> {
+pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, SpecError> {
     let problems = validation::validate_node_topology_spec(spec);
     if !problems.is_empty() {
-        return Err(validation::join(&problems));
+        return Err(SpecError::Rules(validation::join(&problems)));
     }
     let cpu = match spec.cpu_manager.policy {
         CpuManagerPolicy::None => CpuManagerConfig::None,
         CpuManagerPolicy::Static => {
             let options = StaticPolicyOptions::from_map(&spec.cpu_manager.options)
-                .map_err(|e| format!("spec.cpuManager.options: {e}"))?;
-            let reserved =
-                match validation::reservation(&spec.cpu_manager).map_err(|e| e.to_string())? {
-                    Reservation::None => ReservedCpus::Count(0),
-                    Reservation::Count(n) => ReservedCpus::Count(n),
-                    Reservation::Explicit(s) => ReservedCpus::Explicit(s),
-                };
+                .map_err(SpecError::CpuManagerOptions)?;
+            let reserved = match validation::reservation(&spec.cpu_manager)? {
+                Reservation::None => ReservedCpus::Count(0),
+                Reservation::Count(n) => ReservedCpus::Count(n),
+                Reservation::Explicit(s) => ReservedCpus::Explicit(s),
+            };
             CpuManagerConfig::Static { reserved, options }
         }
     };
@@ -32,8 +33,7 @@ pub fn node_config(spec: &NodeTopologySpec) -> Result<NodeConfig, String> {
         scope,
         options,
     } = &spec.topology_manager;
-    let tm_options =
-        TmOptions::from_map(options).map_err(|e| format!("spec.topologyManager.options: {e}"))?;
+    let tm_options = TmOptions::from_map(options).map_err(SpecError::TopologyManagerOptions)?;
     // Every field spelled out: a new one fails to compile here until it is handled. The
     // NodeTopology spec names no devices and no Memory Manager policy.
     Ok(NodeConfig {

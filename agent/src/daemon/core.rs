@@ -36,6 +36,9 @@ use super::config::node_config;
 use super::kubelet_state::KubeletCpuState;
 use super::validate;
 
+mod error;
+pub use error::{KubeletError, PodError, SpecError};
+
 /// A pod as the core tracks it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
@@ -51,21 +54,21 @@ impl PodInfo {
     /// Converts one Pod from the API server; errors name the pod. The fields placement
     /// reads are copied into the YAML shape first, so both shells share one conversion
     /// ([`PodInfo::from_manifest`]).
-    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, String> {
+    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, PodError> {
         Self::from_manifest(&manifest_of(p))
     }
 
     /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
-    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, String> {
-        let pod = nodetopo_cli::pods::engine_pod(p).map_err(|e| e.to_string())?;
+    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, PodError> {
+        let pod = nodetopo_cli::pods::engine_pod(p)?;
         let created = match &p.metadata.creation_timestamp {
             None => None,
-            Some(t) => Some(Time(t.0.parse().map_err(|e| {
-                format!(
-                    "pod {}: metadata.creationTimestamp {:?} is not an RFC 3339 time: {e}",
-                    pod.key(),
-                    t.0
-                )
+            Some(t) => Some(Time(t.0.parse().map_err(|source| {
+                PodError::CreationTimestamp {
+                    pod: pod.key(),
+                    value: t.0.clone(),
+                    source,
+                }
             })?)),
         };
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -136,8 +139,8 @@ pub enum Event {
     Spec(Option<(NodeTopologySpec, Option<i64>)>),
     /// The spec could not be read (local mode: the spec file is malformed).
     SpecUnreadable(String),
-    /// The kubelet checkpoint: absent, parsed, or an error message.
-    Kubelet(Result<Option<KubeletCpuState>, String>),
+    /// The kubelet checkpoint: absent, parsed, or why it cannot be used.
+    Kubelet(Result<Option<KubeletCpuState>, KubeletError>),
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
 }
@@ -163,7 +166,7 @@ pub struct Core {
     spec: Option<NodeTopologySpec>,
     generation: Option<i64>,
     admitter: Option<NodeAdmitter>,
-    config_problem: Option<String>,
+    config_problem: Option<SpecError>,
     spec_problem: Option<String>,
     pods: BTreeMap<String, PodInfo>,
     synced: bool,
@@ -175,7 +178,7 @@ pub struct Core {
     /// The restored checkpoint was found inconsistent here: the shell must move it aside
     /// before the next save (see [`Core::take_quarantine_request`]).
     quarantine_requested: bool,
-    kubelet: Result<Option<KubeletCpuState>, String>,
+    kubelet: Result<Option<KubeletCpuState>, KubeletError>,
     pod_problems: Vec<String>,
     /// Decision counters since start.
     pub tally: Tally,
@@ -274,7 +277,7 @@ impl Core {
                         &self.topology,
                     )
                     .map(|()| Some(state))
-                    .map_err(|v| v.to_string()),
+                    .map_err(KubeletError::Rechecked),
                     other => other,
                 }
             }
@@ -286,9 +289,8 @@ impl Core {
     /// their CPUs, as on a kubelet restarted with a new policy after a drain); a spec that
     /// cannot apply here leaves the previous admitter in place and says why.
     fn set_spec(&mut self, spec: NodeTopologySpec, generation: Option<i64>) {
-        let built = node_config(&spec).and_then(|cfg| {
-            NodeAdmitter::new(self.topology.clone(), &cfg).map_err(|e| e.to_string())
-        });
+        let built =
+            node_config(&spec).and_then(|cfg| Ok(NodeAdmitter::new(self.topology.clone(), &cfg)?));
         self.spec = Some(spec);
         self.generation = generation;
         let admitter = match built {
@@ -319,9 +321,8 @@ impl Core {
         if let Some(state) = carried {
             if let Err(e) = admitter.restore(state) {
                 let had_old = self.admitter.is_some();
-                self.config_problem = Some(format!(
-                    "the running pods' CPU assignments do not fit the new configuration: {e}"
-                ));
+                let why = e.to_string();
+                self.config_problem = Some(SpecError::RunningPodsDoNotFit(e));
                 if had_old {
                     return;
                 }
@@ -332,7 +333,7 @@ impl Core {
                         .checkpoint_reason()
                         .to_string(),
                     format!(
-                        "{}: invariant \"{}\" violated: {e}",
+                        "{}: invariant \"{}\" violated: {why}",
                         checkpoint::FILE_NAME,
                         validate::Invariant::ReservedInShared.name()
                     ),
@@ -534,18 +535,17 @@ impl Core {
     }
 
     /// Why the spec does not apply on this node, if it does not.
-    fn invalid_message(&self) -> Option<&String> {
-        self.spec_problem.as_ref().or(self.config_problem.as_ref())
+    fn invalid_message(&self) -> Option<String> {
+        match (&self.spec_problem, &self.config_problem) {
+            (Some(unreadable), _) => Some(unreadable.clone()),
+            (None, Some(e)) => Some(e.to_string()),
+            (None, None) => None,
+        }
     }
 
     fn invalid_condition(&self) -> ConditionSpec {
         match self.invalid_message() {
-            Some(msg) => ConditionSpec::new(
-                conditions::INVALID,
-                true,
-                reason::INVALID_CONFIG,
-                msg.clone(),
-            ),
+            Some(msg) => ConditionSpec::new(conditions::INVALID, true, reason::INVALID_CONFIG, msg),
             None => ConditionSpec::new(
                 conditions::INVALID,
                 false,
@@ -655,7 +655,7 @@ impl Core {
 
     fn kubelet_agreement_condition(&self) -> ConditionSpec {
         let (status, why, msg) = match &self.kubelet {
-            Err(msg) => (false, reason::KUBELET_STATE_UNREADABLE, msg.clone()),
+            Err(e) => (false, reason::KUBELET_STATE_UNREADABLE, e.to_string()),
             // Nothing to compare with is not agreement.
             Ok(None) => (
                 false,

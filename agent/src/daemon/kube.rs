@@ -22,6 +22,8 @@ use super::metrics::{self, Metrics};
 use super::restore::load_checkpoint;
 use super::validate;
 use super::Args;
+use nodetopo_runtime::shutdown::Shutdown;
+use tracing::Instrument;
 
 /// The watcher configuration of the node's pods.
 pub fn pod_watch_config(node: &str) -> watcher::Config {
@@ -47,7 +49,7 @@ impl PodEvents {
             watcher::Event::InitApply(p) => {
                 match PodInfo::from_k8s(&p) {
                     Ok(info) => self.buffer.get_or_insert_with(Vec::new).push(info),
-                    Err(e) => self.problems.push(e),
+                    Err(e) => self.problems.push(e.to_string()),
                 }
                 Vec::new()
             }
@@ -58,7 +60,7 @@ impl PodEvents {
             watcher::Event::Apply(p) => match PodInfo::from_k8s(&p) {
                 Ok(info) => vec![Event::PodUpsert(Box::new(info))],
                 Err(e) => {
-                    self.problems.push(e);
+                    self.problems.push(e.to_string());
                     vec![Event::PodProblems(self.problems.clone())]
                 }
             },
@@ -264,8 +266,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         pod_events(client.clone(), &node).boxed(),
         spec_events(client, &node).boxed(),
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let shutdown = Shutdown::on_signals();
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
     let mut cycle = Cycle::new(cp_path);
     loop {
@@ -279,7 +280,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
                 podres_due = true;
             }
-            _ = term.recv() => stop = true,
+            _ = shutdown.requested() => stop = true,
         }
         // Debounce: take whatever else arrives within 100 ms into the same cycle.
         let window = tokio::time::sleep(Duration::from_millis(100));
@@ -291,10 +292,11 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             }
         }
         if stop {
-            metrics.set_ready(false);
+            metrics.stopping();
         }
+        let span = cycle.span();
         let started = std::time::Instant::now();
-        let status = cycle.run(&mut core, &metrics, &now());
+        let status = span.in_scope(|| cycle.run(&mut core, &metrics, &now()));
         if let Some(nrt_tx) = &nrt_tx {
             // The kubelet's PodResources are re-read when the status changed or on the
             // kubelet tick; each read waits 500 ms at most, so a stuck kubelet cannot stall
@@ -302,7 +304,10 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             podres_due |= status.is_some();
             if let (true, Some(current)) = (podres_due, status.as_ref().or(cycle.last_status())) {
                 podres_due = false;
-                let podres = read_podresources(&args.pod_resources_socket).await;
+                let podres = read_podresources(&args.pod_resources_socket)
+                    .instrument(span.clone())
+                    .await;
+                let _in_cycle = span.enter();
                 match super::nrt::desired(&core, current, podres.as_ref(), &node) {
                     Ok(obj) => {
                         let _ = nrt_tx.send(Some(obj));

@@ -19,12 +19,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::checkpoint::CheckpointData;
+use super::core::KubeletError;
 use super::kubelet_state::KubeletCpuState;
 
 /// Which invariant a state file breaks.
@@ -236,10 +238,10 @@ pub fn kubelet_state(
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
-) -> Result<Option<KubeletCpuState>, String> {
-    let state = super::kubelet_state::read(file).map_err(|e| e.to_string())?;
+) -> Result<Option<KubeletCpuState>, KubeletError> {
+    let state = super::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
     if let Some(s) = &state {
-        kubelet_state(file, s, topology).map_err(|v| format!("kubelet CPU manager state {v}"))?;
+        kubelet_state(file, s, topology).map_err(KubeletError::Invalid)?;
     }
     Ok(state)
 }
