@@ -237,6 +237,32 @@ fn error_policy<K: Resource>(
     }
 }
 
+/// Every object of a store, as reconcile requests (a change that concerns them all).
+fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// Marks the replica ready once the policy, node and NodeTopology stores are listed.
+fn ready_when_synced(ctx: &Context, ready: Readiness) {
+    let (p, n, t) = (ctx.policies.clone(), ctx.nodes.clone(), ctx.ntopos.clone());
+    tokio::spawn(async move {
+        let synced = p.wait_until_ready().await.is_ok()
+            && n.wait_until_ready().await.is_ok()
+            && t.wait_until_ready().await.is_ok();
+        if synced {
+            info!("watches synced");
+            ready.set(true);
+        }
+    });
+}
+
 /// Runs both controllers until the futures made by `shutdown` resolve (each controller
 /// drains its in-flight reconciles first); sets `ready` once every store synced.
 pub async fn run<S, F>(
@@ -290,29 +316,9 @@ pub async fn run<S, F>(
         failures: Mutex::new(HashMap::new()),
     });
 
-    {
-        let (p, n, t) = (policies.clone(), nodes.clone(), ntopos.clone());
-        tokio::spawn(async move {
-            let synced = p.wait_until_ready().await.is_ok()
-                && n.wait_until_ready().await.is_ok()
-                && t.wait_until_ready().await.is_ok();
-            if synced {
-                info!("watches synced");
-                ready.set(true);
-            }
-        });
-    }
+    ready_when_synced(&ctx, ready);
 
-    let all_nodes = {
-        let nodes = nodes.clone();
-        move |_: NodeResourcePolicy| {
-            nodes
-                .state()
-                .iter()
-                .map(|n| ObjectRef::from_obj(n.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
+    let all_nodes = move |_: NodeResourcePolicy| every(&nodes);
     let node_run = node_ctrl
         .owns_stream(ntopo_changes)
         .watches_stream(policy_changes, all_nodes)
@@ -322,19 +328,10 @@ pub async fn run<S, F>(
 
     let policy_ctrl = Controller::new(policy_api, wc.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_secs(1)));
-    let all_policies = |store: Store<NodeResourcePolicy>| {
-        move || {
-            store
-                .state()
-                .iter()
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
-    let (on_node, on_ntopo) = (all_policies(policies.clone()), all_policies(policies));
+    let on_ntopo = policies.clone();
     let policy_run = policy_ctrl
-        .watches(node_api, wc.clone(), move |_: Node| on_node())
-        .watches(ntopo_api, wc, move |_: NodeTopology| on_ntopo())
+        .watches(node_api, wc.clone(), move |_: Node| every(&policies))
+        .watches(ntopo_api, wc, move |_: NodeTopology| every(&on_ntopo))
         .graceful_shutdown_on(shutdown())
         .run(
             reconcile_policy,

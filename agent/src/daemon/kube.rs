@@ -186,6 +186,51 @@ async fn read_podresources(socket: &std::path::Path) -> Option<super::podresourc
     }
 }
 
+/// Waits until the operator created this node's NodeTopology (until then there is nothing
+/// to report on), retrying with a backoff up to 30 s.
+async fn wait_for_node_topology(api: &Api<NodeTopology>, node: &str) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match api.get_opt(node).await {
+            Ok(Some(_)) => return,
+            Ok(None) => tracing::info!(
+                "waiting for NodeTopology {node}: the operator has not created it yet"
+            ),
+            Err(e) => tracing::warn!("reading NodeTopology {node}: {e}"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Publishes a Warning event on the agent's own Pod for a checkpoint that could not be
+/// restored. Events name the agent's own Pod, so they live in the agent's namespace (the
+/// chart grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the
+/// warning is only logged.
+async fn report_checkpoint_problem(client: &Client, reason: &str, note: &str) {
+    let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
+        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace),
+            name: Some(name),
+            ..Default::default()
+        },
+        _ => return,
+    };
+    let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(note.to_string()),
+        action: "RestoreCheckpoint".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &own_pod).await {
+        tracing::warn!("publishing event {reason}: {e}");
+    }
+}
+
 /// Cluster mode until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let node = args
@@ -201,50 +246,13 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if !args.admin_addr.is_empty() {
         metrics::serve(&args.admin_addr, metrics.clone()).await?;
     }
-    // The operator creates the NodeTopology; until then there is nothing to report on.
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match api.get_opt(&node).await {
-            Ok(Some(_)) => break,
-            Ok(None) => tracing::info!(
-                "waiting for NodeTopology {node}: the operator has not created it yet"
-            ),
-            Err(e) => tracing::warn!("reading NodeTopology {node}: {e}"),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
+    wait_for_node_topology(&api, &node).await;
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = load_checkpoint(&cp_path, &topology);
-    // Events name the agent's own Pod, so they live in the agent's namespace (the chart
-    // grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the warning
-    // is only logged.
-    let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
-        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => {
-            Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(namespace),
-                name: Some(name),
-                ..Default::default()
-            })
-        }
-        _ => None,
-    };
-    if let (Some((reason, note)), Some(reference)) = (&problem, own_pod) {
-        let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
-        let ev = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.clone(),
-            note: Some(note.clone()),
-            action: "RestoreCheckpoint".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            tracing::warn!("publishing event {reason}: {e}");
-        }
+    if let Some((reason, note)) = &problem {
+        report_checkpoint_problem(&client, reason, note).await;
     }
     let mut core = Core::new(topology.clone(), restored, problem);
     let (tx, rx) = tokio::sync::watch::channel(None);

@@ -168,6 +168,17 @@ impl PodDir {
             }
         }
         self.files.retain(|p, _| seen.contains(p));
+        let (pods, problems) = self.in_effect();
+        Ok(Scan {
+            pods,
+            problems,
+            settled,
+        })
+    }
+
+    /// The pods of every file read (the first file defining a UID wins; at most
+    /// [`MAX_PODS`]) and the problems: unreadable files, duplicates, pods over the limit.
+    fn in_effect(&self) -> (Vec<PodInfo>, Vec<String>) {
         let mut pods: BTreeMap<String, PodInfo> = BTreeMap::new();
         let mut problems = Vec::new();
         for (path, f) in &self.files {
@@ -191,11 +202,7 @@ impl PodDir {
                 }
             }
         }
-        Ok(Scan {
-            pods: pods.into_values().collect(),
-            problems,
-            settled,
-        })
+        (pods.into_values().collect(), problems)
     }
 
     /// Records a file that cannot be read at all (its last good version stays in effect).
