@@ -29,7 +29,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
-use nodetopo_controlplane::{process, ControlPlane};
+use nodetopo_controlplane::fixture::Fixture;
+use nodetopo_controlplane::process;
 use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
 use serde_json::{json, Value};
 
@@ -454,16 +455,13 @@ async fn converge(
     winners: &[Option<String>],
     counts: &BTreeMap<String, Counts>,
 ) {
-    let deadline = Instant::now() + CONVERGE_TIMEOUT;
-    loop {
-        match check(ntopos, policies, winners, counts).await {
-            Ok(()) => return,
-            Err(last) if Instant::now() > deadline => {
-                panic!("{what}: not converged after {CONVERGE_TIMEOUT:?}; {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
+    nodetopo_controlplane::wait::wait_for(
+        what,
+        CONVERGE_TIMEOUT,
+        Duration::from_millis(250),
+        || check(ntopos, policies, winners, counts),
+    )
+    .await
 }
 
 /// Histogram "k writes: n objects" over the given objects.
@@ -480,19 +478,9 @@ fn histogram<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_at_scale_2000_nodes_20_policies() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-operator") else {
+    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-operator", NS).await else {
         return;
     };
-    println!("control plane started in {:?}", cp.start_time);
-    cp.install_crds().await.expect("CRDs");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let client = cp.client();
     let nodes: Api<Node> = Api::all(client.clone());
     let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
