@@ -136,12 +136,15 @@ pub struct NodeResourcePolicyStatus {
     pub overridden_nodes: i32,
     /// Rollout: governed nodes whose kubelet runs this policy (Applied True).
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub updated_nodes: i32,
     /// Rollout: governed nodes not yet changed or in progress.
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub pending_nodes: i32,
     /// Rollout: governed nodes whose change failed (Applied False, reason Failed).
     #[serde(default)]
+    #[schemars(transform = rules::int32_schema)]
     pub failed_nodes: i32,
     /// The first few nodes (by name, at most 10) that are invalid, overridden or still
     /// pending, with the reason.

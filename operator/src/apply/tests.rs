@@ -99,7 +99,8 @@ async fn policy_status_apply_request_and_error_mapping() {
                 "status": {
                     "observedGeneration": 4, "conditions": [],
                     "matchedNodes": 3, "governedNodes": 2, "appliedNodes": 1,
-                    "invalidNodes": 0, "overriddenNodes": 0
+                    "invalidNodes": 0, "overriddenNodes": 0,
+                    "updatedNodes": 0, "pendingNodes": 0, "failedNodes": 0
                 }
             })
         );

@@ -262,6 +262,50 @@ fn cases() -> Vec<Case> {
             "spec.cpuManager.options",
         ));
     }
+    // Rollout (NodeResourcePolicy only): maxUnavailable is a count of at least 1 or a
+    // percentage from 1% to 100%; mode and eviction are enums.
+    let rollout = |r: Value| json!({"rollout": r});
+    let max_unavailable = || cel(nodetopo_crds::rollout::MAX_UNAVAILABLE_RULE);
+    for ok in [
+        json!(1),
+        json!(40),
+        json!("1%"),
+        json!("25%"),
+        json!("100%"),
+    ] {
+        v.push(accept(
+            max_unavailable(),
+            Policy,
+            rollout(json!({"mode": "Apply", "maxUnavailable": ok})),
+        ));
+    }
+    for bad in [
+        json!(0),
+        json!(-3),
+        json!("0%"),
+        json!("101%"),
+        json!("5"),
+        json!("x%"),
+    ] {
+        v.push(reject(
+            max_unavailable(),
+            Policy,
+            rollout(json!({"maxUnavailable": bad})),
+            "spec.rollout.maxUnavailable",
+        ));
+    }
+    v.push(reject(
+        schema_id("enum", "spec.rollout.mode"),
+        Policy,
+        rollout(json!({"mode": "Enforce"})),
+        "spec.rollout.mode",
+    ));
+    v.push(reject(
+        schema_id("enum", "spec.rollout.eviction"),
+        Policy,
+        rollout(json!({"eviction": "Always"})),
+        "spec.rollout.eviction",
+    ));
     let p = "spec";
     let schema = [
         (
