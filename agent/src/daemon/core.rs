@@ -32,12 +32,28 @@ use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport}
 use nodetopo_engine::{CpuSet, CpuTopology, Pod, QosClass};
 
 use super::checkpoint::{self, CheckpointData};
-use super::config::node_config;
+use super::config::{node_config, SpecError};
 use super::kubelet_state::KubeletCpuState;
-use super::validate;
+use super::validate::{self, KubeletError};
 
-mod error;
-pub use error::{KubeletError, PodError, SpecError};
+/// Why a pod cannot be tracked (listed among the pod problems).
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// The pod's resources or identity cannot be read.
+    #[error("{0}")]
+    Pod(#[from] nodetopo_cli::pods::PodError),
+    /// Its creation time is not a time.
+    #[error("pod {pod}: metadata.creationTimestamp {value:?} is not an RFC 3339 time: {source}")]
+    CreationTimestamp {
+        /// The pod (namespace/name).
+        pod: String,
+        /// The text found.
+        value: String,
+        /// The parse error.
+        #[source]
+        source: k8s_openapi::jiff::Error,
+    },
+}
 
 /// A pod as the core tracks it.
 #[derive(Debug, Clone, PartialEq)]

@@ -26,8 +26,7 @@ use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::checkpoint::CheckpointData;
-use super::core::KubeletError;
-use super::kubelet_state::KubeletCpuState;
+use super::kubelet_state::{KubeletCpuState, KubeletStateError};
 
 /// Which invariant a state file breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +226,21 @@ pub fn kubelet_state(
         invariant,
         why,
     })
+}
+
+/// Why the kubelet's CPU manager checkpoint cannot be compared (the `KubeletAgreement`
+/// condition).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KubeletError {
+    /// The file cannot be read or parsed.
+    #[error("{0}")]
+    Read(Arc<KubeletStateError>),
+    /// The state read by a shell breaks an invariant on this machine.
+    #[error("kubelet CPU manager state {0}")]
+    Invalid(Violation),
+    /// The state a shell handed over breaks an invariant (the core checks again).
+    #[error("{0}")]
+    Rechecked(Violation),
 }
 
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::{repo_root, Error, Result};
+use crate::{Error, Result};
 
 /// Environment variable that turns "skip without Go" into a failure (set by `.ci/run`).
 pub const REQUIRE_ENV: &str = "NODETOPO_REQUIRE_CONTROLPLANE";
