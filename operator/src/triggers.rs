@@ -108,6 +108,13 @@ mod tests {
         p
     }
 
+    /// What happened, the events, and the objects (`name@resourceVersion`) expected out.
+    type Case = (
+        &'static str,
+        Vec<Event<NodeResourcePolicy>>,
+        Vec<&'static str>,
+    );
+
     fn names(events: Vec<Event<NodeResourcePolicy>>) -> Vec<String> {
         let mut f = SpecFilter::default();
         events
@@ -125,7 +132,7 @@ mod tests {
 
     #[test]
     fn status_writes_are_dropped_spec_edits_and_deletes_pass() {
-        let cases: Vec<(&str, Vec<Event<NodeResourcePolicy>>, Vec<&str>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "initial list passes every object",
                 vec![
