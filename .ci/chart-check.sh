@@ -134,6 +134,10 @@ render all-features -f "$CHART/ci/all-features-values.yaml" \
 render vap-disabled --api-versions "$VAP_API" --set admissionPolicy.enabled=false \
   --set admissionPolicy.acknowledgeUnprotectedStatus=true
 render no-kubelet-state --set agent.kubeletStateDir=
+render actuation --set agent.actuation.enabled=true
+render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
+  --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
+  --set "agent.actuation.startCommand=/usr/local/bin/kubelet-ctl start"
 
 # Turning the admission policy off needs an explicit acknowledgement.
 if out=$("$HELM" template "$RELEASE" "$CHART" --set admissionPolicy.enabled=false 2>&1); then
@@ -157,7 +161,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state; do
+  for name in defaults-vap all-features no-kubelet-state actuation actuation-command; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -246,6 +250,12 @@ check(len(by_kind("Deployment")) == 1 and len(by_kind("DaemonSet")) == 1,
 # only and nothing but that directory mounted.
 ROOT_INIT = ("agent", "state-dir")
 KUBELET_ROOT = "/var/lib/kubelet"
+# agent.actuation.enabled: the agent container alone runs as uid 0 (no capability added) and
+# writes exactly the drop-in directory, the kubelet directory (state file, its backup and the
+# journal, replaced by rename) and, with restart=systemd, /run/systemd.
+actuation_on = any("--actuation" in c.get("args", []) for w in by_kind("DaemonSet")
+                   for c in w["spec"]["template"]["spec"].get("containers", []))
+ACTUATION_RW = {"kubelet-conf-d", "kubelet-dir", "systemd-run"}
 for w in workloads:
     name, comp = w["metadata"]["name"], component(w)
     pod = w["spec"]["template"]["spec"]
@@ -276,6 +286,12 @@ for w in workloads:
             uid = sc.get("runAsUser", psc.get("runAsUser"))
             check(uid == 0, f"{cn}: the state-directory init step runs as uid 0 ({uid})")
             continue
+        elif actuation_on and (comp, c["name"]) == ("agent", "agent"):
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            check(uid == 0 and non_root is False, f"{cn}: actuation runs the agent as uid 0 ({uid})")
+            rw = {m["name"] for m in c.get("volumeMounts", []) if not m.get("readOnly")}
+            check(rw <= {"state"} | ACTUATION_RW,
+                  f"{cn}: writable mounts only the state, drop-in, kubelet and systemd directories ({sorted(rw)})")
         else:
             check(non_root is True, f"{cn}: runAsNonRoot true")
             uid = sc.get("runAsUser", psc.get("runAsUser"))
@@ -299,11 +315,15 @@ for w in workloads:
             hp = v["hostPath"]["path"]
             # Never the kubelet directory nor anything in it but its CPU manager state file
             # (pki/ holds the kubelet's client key, pods/ every pod's secrets and tokens).
-            if hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
+            if actuation_on and comp == "agent" and v["name"] in ACTUATION_RW | {"kubelet-config"}:
+                pass
+            elif hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
                 check(hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File",
                       f"{name}: from the kubelet directory only the file cpu_manager_state is mounted ({hp})")
             if v["name"] == "state":
                 check(comp == "agent", f"{name}: writable hostPath {hp} only for the agent's state")
+            elif actuation_on and comp == "agent" and v["name"] in ACTUATION_RW:
+                check(v["name"] in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) writable for actuation")
             else:
                 check(v["name"] not in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) mounted read-only")
     env = {e["name"]: e for c in pod.get("containers", []) for e in c.get("env", [])}
@@ -367,6 +387,12 @@ if nrt_on:
 else:
     check(("topology.node.k8s.io", "noderesourcetopologies") not in agent,
           "agent: no NodeResourceTopology access without nrt.enabled")
+# agent.actuation.enabled: evictions through the Eviction API, nothing else on pods.
+if actuation_on:
+    agent_allowed[("", "pods/eviction")] = {"create"}
+    check(agent.get(("", "pods/eviction")) == {"create"}, "agent (actuation): may create pods/eviction")
+else:
+    check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
     allowed = agent_allowed.get((group, res), set())
@@ -527,7 +553,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "actuation yes no" "actuation-command yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -550,6 +576,25 @@ if grep -q "path: /var/lib/kubelet/cpu_manager_state" "$WORK/defaults.yaml" &&
   pass "kubelet cpu_manager_state (the file alone) mounted by default and not when agent.kubeletStateDir is empty"
 else
   fail "agent.kubeletStateDir does not switch the kubelet state file mount"
+fi
+
+# Actuation's privileges appear only when it is on.
+if ! grep -q -- "--actuation" "$WORK/defaults.yaml" && ! grep -q "pods/eviction" "$WORK/defaults.yaml" &&
+  ! grep -q "/run/systemd" "$WORK/defaults.yaml" &&
+  grep -q -- "--actuation" "$WORK/actuation.yaml" && grep -q "path: /run/systemd" "$WORK/actuation.yaml" &&
+  ! grep -q "path: /run/systemd" "$WORK/actuation-command.yaml" &&
+  grep -q -- "--kubelet-start-command=/usr/local/bin/kubelet-ctl start" "$WORK/actuation-command.yaml"; then
+  pass "actuation flags, mounts and eviction RBAC only with agent.actuation.enabled; /run/systemd only for restart=systemd"
+else
+  fail "agent.actuation.enabled does not switch the actuation flags, mounts and RBAC as expected"
+fi
+if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set agent.actuation.enabled=true \
+  --set agent.actuation.restart=command >/dev/null 2>"$WORK/act-cmd.err"; then
+  fail "helm template accepted restart=command without stop/start commands"
+elif grep -q "needs agent.actuation.stopCommand" "$WORK/act-cmd.err"; then
+  pass "restart=command without commands fails with a clear message"
+else
+  fail "restart=command without commands failed without naming the values: $(cat "$WORK/act-cmd.err")"
 fi
 
 echo "chart-checks: $PASSED passed, $FAILED failed"

@@ -11,6 +11,7 @@ use anyhow::Context;
 use nodetopo_engine::CpuTopology;
 use nodetopo_runtime::log::LogFormat;
 
+pub mod actuation;
 pub mod checkpoint;
 pub mod config;
 pub mod core;
@@ -74,6 +75,9 @@ pub struct Args {
     /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
     #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
+    /// Cluster mode: actuation (off by default; see docs/actuation.md).
+    #[command(flatten)]
+    pub actuation: actuation::ActuationArgs,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.

@@ -129,6 +129,25 @@ pub mod reason {
     pub const OBSERVE_ONLY: &str = "ObserveOnly";
     /// Applied False: the change failed.
     pub const FAILED: &str = "Failed";
+    /// Applied False: the plan needs pods evicted and the policy's `rollout.eviction` is
+    /// `Never`.
+    pub const EVICTION_NOT_ALLOWED: &str = "EvictionNotAllowed";
+    /// Applied False: the operator asked this node to apply, but the agent runs with
+    /// actuation off (chart value `agent.actuation.enabled`).
+    pub const ACTUATION_DISABLED: &str = "ActuationDisabled";
+
+    // Progressing (NodeResourcePolicy, rollout).
+    /// Progressing True: nodes are being changed, batch by batch.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// Progressing False: a node failed and `pauseOnFailure` holds the rest.
+    pub const PAUSED: &str = "Paused";
+    /// Progressing False: every governed node is updated (or failed, without pause).
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// Progressing False: the remaining nodes wait for something only a person can do
+    /// (a drain, evictions the policy does not allow, actuation turned off).
+    pub const ROLLOUT_BLOCKED: &str = "RolloutBlocked";
+    /// Progressing False: the rollout's settings are invalid (e.g. `maxUnavailable`).
+    pub const INVALID_ROLLOUT: &str = "InvalidRollout";
 }
 
 /// Condition status "True".

@@ -28,8 +28,8 @@ pub use config::{
     TopologyManagerScope,
 };
 pub use nodetopology::{
-    KubeletAssignment, KubeletObserved, NodeTopology, NodeTopologySpec, NodeTopologyStatus,
-    NodeTopologySummary, PolicyRef, PoolsReport,
+    ChangeStatus, ChangeStepStatus, KubeletAssignment, KubeletObserved, NodeTopology,
+    NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PolicyRef, PoolsReport,
 };
 pub use policy::{
     NodeProblem, NodeResourcePolicy, NodeResourcePolicySpec, NodeResourcePolicyStatus,
@@ -43,3 +43,12 @@ pub const VERSION: &str = "v1alpha1";
 pub const OPERATOR_FIELD_MANAGER: &str = "nodetopo-operator";
 /// Field manager of the agent (NodeTopology status).
 pub const AGENT_FIELD_MANAGER: &str = "nodetopo-agent";
+/// Field manager of the operator's rollout marks (the annotations below on NodeTopology).
+pub const ROLLOUT_FIELD_MANAGER: &str = "nodetopo-rollout";
+/// NodeTopology annotation set by the operator's rollout: the NodeTopology
+/// `metadata.generation` whose spec the node's agent may make the kubelet run. The agent
+/// acts only when it equals the generation it sees, so an edited spec needs a new mark.
+pub const APPLY_GENERATION_ANNOTATION: &str = "nodetopo.io/apply-generation";
+/// NodeTopology annotation set with the mark: the policy's `rollout.eviction`
+/// (`Never` | `Evict`).
+pub const EVICTION_ANNOTATION: &str = "nodetopo.io/eviction";

@@ -207,4 +207,48 @@ pub struct NodeTopologyStatus {
     /// Counts for printer columns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<NodeTopologySummary>,
+    /// Actuation: the last change the agent planned for the kubelet, and what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<ChangeStatus>,
+}
+
+/// One step of a change plan.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeStepStatus {
+    /// `NoChange`, `RestartOnly`, `RewriteState`, `EvictFirst` or `Drain`.
+    pub class: String,
+    /// Why, for a person.
+    pub reason: String,
+    /// Pods concerned (`namespace/name`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+}
+
+/// The last change plan for this node's kubelet and its outcome (`status.change`). What is
+/// listed under `done` happened; the plan's steps are what the planner decided, not a
+/// prediction of the kubelet's behaviour.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeStatus {
+    /// The NodeTopology generation this change is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The most disruptive class of the steps.
+    pub class: String,
+    /// The owned kubelet fields that change (`field: old -> new`).
+    #[serde(default)]
+    pub config_changes: Vec<String>,
+    /// The steps, in order.
+    #[serde(default)]
+    pub steps: Vec<ChangeStepStatus>,
+    /// Containers kept although the new configuration would place them otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub non_conforming: Vec<String>,
+    /// What the agent actually did (files written, kubelet restarted, evictions requested).
+    #[serde(default)]
+    pub done: Vec<String>,
+    /// Backups left beside the kubelet's files (restorable by hand).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<String>,
 }

@@ -89,6 +89,8 @@ type resourcesJSON struct {
 	Memory       string `json:"memory,omitempty"`
 	HugePages2Mi string `json:"hugepages-2Mi,omitempty"`
 	HugePages1Gi string `json:"hugepages-1Gi,omitempty"`
+	// Extended resources (device-plugin resources such as example.com/gpu) -> quantity.
+	Extended map[string]string `json:"extended,omitempty"`
 }
 
 type containerJSON struct {
@@ -106,7 +108,7 @@ type podJSON struct {
 }
 
 type opJSON struct {
-	// "admit" or "remove".
+	// "admit", "readmit" (uid: admit an admitted pod again) or "remove".
 	Op  string   `json:"op"`
 	Pod *podJSON `json:"pod,omitempty"`
 	UID string   `json:"uid,omitempty"`
@@ -127,6 +129,9 @@ type caseJSON struct {
 	// Memory: when present, the memory manager runs with the Static policy as the second
 	// hint provider (after the CPU manager).
 	Memory *memoryJSON `json:"memory,omitempty"`
+	// Devices: when present, the device manager runs (devices.go), registered as the first
+	// hint provider, as the kubelet's container manager registers it.
+	Devices []deviceJSON `json:"devices,omitempty"`
 }
 
 // memoryJSON is the memory manager's configuration: --reserved-memory per NUMA node id,
@@ -149,7 +154,9 @@ type hintJSON struct {
 }
 
 type opResult struct {
-	Admit   bool   `json:"admit"`
+	Admit bool `json:"admit"`
+	// Skipped: a readmit of a pod that is not admitted.
+	Skipped bool   `json:"skipped,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Exclusive CPUs of the pod's containers after the operation.
@@ -167,6 +174,11 @@ type opResult struct {
 	MemHints map[string]map[string][]hintJSON `json:"memHints,omitempty"`
 	// The memory blocks of the pod's containers after an admission.
 	Memory map[string][]blockJSON `json:"memory,omitempty"`
+	// The raw device-manager hints per container (container scope) or under "" (pod
+	// scope), resource name -> hints (null: no topology preference).
+	DevHints map[string]map[string][]hintJSON `json:"devHints,omitempty"`
+	// The devices of the pod's containers after an admission.
+	Devices devicesAnswer `json:"devices,omitempty"`
 }
 
 type answerJSON struct {
@@ -180,7 +192,10 @@ type answerJSON struct {
 	// memory_manager_state file its checkpoint code wrote.
 	MemoryState      json.RawMessage `json:"memoryState,omitempty"`
 	MemoryCheckpoint string          `json:"memoryCheckpoint,omitempty"`
-	Timeout          bool            `json:"timeout,omitempty"`
+	// The devices every pod of the case holds at the end (pod uid -> container ->
+	// resource -> ids), after the device manager's cleanup of inactive pods.
+	FinalDevices map[string]devicesAnswer `json:"finalDevices,omitempty"`
+	Timeout      bool                     `json:"timeout,omitempty"`
 	// Panic: the kubelet's code panicked on this case (the value it panicked with).
 	Panic string `json:"panic,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -402,6 +417,13 @@ func resourceList(field string, r resourcesJSON) (v1.ResourceList, error) {
 		}
 		out[name] = q
 	}
+	for name, v := range r.Extended {
+		q, err := quantity(field+"."+name, v)
+		if err != nil {
+			return nil, err
+		}
+		out[v1.ResourceName(name)] = q
+	}
 	return out, nil
 }
 
@@ -490,19 +512,40 @@ func run(c *caseJSON, dir string) answerJSON {
 		ans.ConfigError = "cpu manager: " + err.Error()
 		return ans
 	}
+	pods := map[string]*v1.Pod{}
+	admitted := map[string]bool{}
+	ctx := klog.NewContext(context.Background(), logger)
+	var active []*v1.Pod
+	activePods := func() []*v1.Pod { return append([]*v1.Pod{}, active...) }
+
+	// The device manager first: the kubelet's container manager registers it before the
+	// CPU and memory managers, so it allocates first and its errors win.
+	var dev *devProvider
+	if len(c.Devices) > 0 {
+		dm, err := startDeviceManager(ctx, c, tm, nodes, activePods)
+		if err != nil {
+			ans.Error = err.Error()
+			return ans
+		}
+		defer func() { _ = dm.Stop(logger) }()
+		dev = &devProvider{dm: dm}
+		tm.AddHintProvider(logger, dev)
+	}
 	provider := &cpuProvider{policy: policy, state: st}
 	tm.AddHintProvider(logger, provider)
-
-	pods := map[string]*v1.Pod{}
-	ctx := klog.NewContext(context.Background(), logger)
 
 	// The memory manager: the kubelet's NewManager and Start (reserved-memory validation,
 	// the Static policy, the checkpoint state in dir). Its stale-state cleanup sees the
 	// pods in active: the admitted ones and the one being admitted, as the kubelet's pod
 	// manager lists them.
 	var mem *memProvider
-	var active []*v1.Pod
 	cleanup := func() {}
+	if dev != nil {
+		// The device manager frees the devices of pods no longer active before every hint
+		// request and allocation (UpdateAllocatedDevices); run it now so the state
+		// compared after a rejection or removal is the one the next pod sees.
+		cleanup = func() { dev.dm.UpdateAllocatedDevices(logger) }
+	}
 	if c.Memory != nil {
 		reservations, allocatable, err := memoryReservations(c.Memory)
 		if err != nil {
@@ -515,7 +558,6 @@ func run(c *caseJSON, dir string) answerJSON {
 			ans.ConfigError = "memory manager: " + err.Error()
 			return ans
 		}
-		activePods := func() []*v1.Pod { return append([]*v1.Pod{}, active...) }
 		if err := mm.Start(ctx, activePods, allSourcesReady{}, nil, nil, containermap.NewContainerMap()); err != nil {
 			ans.ConfigError = "memory manager: " + err.Error()
 			return ans
@@ -524,7 +566,11 @@ func run(c *caseJSON, dir string) answerJSON {
 		tm.AddHintProvider(logger, mem)
 		// Any hint request runs the manager's removeStaleState; a BestEffort pod asks for
 		// nothing else.
-		cleanup = func() { mm.GetPodTopologyHints(logger, &v1.Pod{}, lifecycle.AddOperation) }
+		devCleanup := cleanup
+		cleanup = func() {
+			devCleanup()
+			mm.GetPodTopologyHints(logger, &v1.Pod{}, lifecycle.AddOperation)
+		}
 	}
 	dropActive := func(uid string) {
 		kept := active[:0]
@@ -537,20 +583,35 @@ func run(c *caseJSON, dir string) answerJSON {
 	}
 	for i, op := range c.Ops {
 		switch op.Op {
-		case "admit":
-			if op.Pod == nil {
-				ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
-				return ans
-			}
-			pod, err := buildPod(*op.Pod)
-			if err != nil {
-				ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
-				return ans
+		case "admit", "readmit":
+			var pod *v1.Pod
+			if op.Op == "readmit" {
+				// Admit an admitted pod again (as after a kubelet restart): its
+				// containers already hold their CPUs, memory and devices. A pod that
+				// is not admitted (rejected or removed) is skipped.
+				if !admitted[op.UID] {
+					ans.Results = append(ans.Results, opResult{Admit: true, Skipped: true})
+					continue
+				}
+				pod = pods[op.UID]
+			} else {
+				if op.Pod == nil {
+					ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
+					return ans
+				}
+				pod, err = buildPod(*op.Pod)
+				if err != nil {
+					ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
+					return ans
+				}
+				active = append(active, pod)
 			}
 			provider.recorded = map[string][]hintJSON{}
-			active = append(active, pod)
 			if mem != nil {
 				mem.recorded = map[string]map[string][]hintJSON{}
+			}
+			if dev != nil {
+				dev.recorded = map[string]map[string][]hintJSON{}
 			}
 			res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
 			r := opResult{Admit: res.Admit, Reason: res.Reason, Message: res.Message, CPUHints: provider.recorded}
@@ -567,8 +628,16 @@ func run(c *caseJSON, dir string) answerJSON {
 					}
 				}
 			}
+			if dev != nil {
+				r.DevHints = dev.recorded
+				dev.recorded = nil
+				if res.Admit {
+					r.Devices = containerDevices(dev.dm, pod)
+				}
+			}
 			r.StateDefault, r.StateAssignments = snapshot(st)
 			pods[string(pod.UID)] = pod
+			admitted[string(pod.UID)] = res.Admit
 			if res.Admit {
 				r.CPUs = map[string]string{}
 				if c.TMPolicy != topologymanager.PolicyNone {
@@ -608,6 +677,7 @@ func run(c *caseJSON, dir string) answerJSON {
 				}
 			}
 			delete(pods, op.UID)
+			delete(admitted, op.UID)
 			dropActive(op.UID)
 			cleanup()
 			r := opResult{Admit: true}
@@ -619,6 +689,14 @@ func run(c *caseJSON, dir string) answerJSON {
 		}
 	}
 	ans.Default, ans.Assignments = snapshot(st)
+	if dev != nil {
+		ans.FinalDevices = map[string]devicesAnswer{}
+		for uid, pod := range pods {
+			if d := containerDevices(dev.dm, pod); len(d) > 0 {
+				ans.FinalDevices[uid] = d
+			}
+		}
+	}
 	if c.Checkpoint {
 		data, err := os.ReadFile(filepath.Join(dir, checkpointName))
 		if err != nil {
@@ -700,7 +778,21 @@ func main() {
 	stateDir := flag.String("state-dir", "", "where the per-case checkpoint directories go (default: the system temp dir; "+
 		"a tmpfs such as /dev/shm avoids the checkpoint code's fsync on every state change)")
 	validate := flag.Bool("validate-state", false, "answer start-up validation cases (validate.go) instead of allocation cases")
+	devices := flag.Bool("devices", false, "answer device cases too: run in a private mount namespace with a tmpfs on "+
+		"/var/lib/kubelet (the device manager's fixed socket and checkpoint directory); exit when that cannot be set up")
 	flag.Parse()
+	if *devices {
+		if os.Getenv(nsEnv) != "1" {
+			err := enterPrivateKubeletDir()
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: -devices needs a private mount namespace with a tmpfs on %s "+
+				"(root, or unprivileged user namespaces); none could be set up: %v\n", kubeletDir, err)
+			os.Exit(2)
+		}
+		if err := setUpPrivateKubeletDir(); err != nil {
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: private %s: %v\n", kubeletDir, err)
+			os.Exit(nsSetupFailed)
+		}
+	}
 	if *legacy != "" {
 		if err := writeLegacy(*legacy); err != nil {
 			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)

@@ -155,6 +155,11 @@ pub async fn reconcile_policy(
     let Some(status) = decision.statuses.get(&name) else {
         return Ok(Action::await_change());
     };
+    // Rollout (spec.rollout.mode Apply): mark the next batch before the status says so.
+    for mark in decision.marks.iter().filter(|m| m.policy == name) {
+        crate::rollout_controller::write_mark(&ctx.ntopo_api, mark).await?;
+        info!(node = %mark.node, generation = mark.generation, "marked NodeTopology for apply");
+    }
     ctx.metrics.set_policy_nodes(
         &name,
         [

@@ -207,12 +207,14 @@ pub fn node_state(existing: Option<&NodeTopology>, desired: &NodeTopologySpec) -
     NodeState::Applied
 }
 
-/// The policy statuses the operator should write (each node's NodeTopology spec is
-/// [`desire_node`]'s, decided per node by the node controller).
+/// The policy statuses and rollout marks the operator should write (each node's
+/// NodeTopology spec is [`desire_node`]'s, decided per node by the node controller).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// Desired status per policy name.
     pub statuses: BTreeMap<String, NodeResourcePolicyStatus>,
+    /// Rollout marks to write (policies in `Apply` mode; [`rollout::decide_rollouts`]).
+    pub marks: Vec<rollout::Mark>,
 }
 
 #[derive(Default)]
@@ -270,6 +272,8 @@ where
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
     let mut tallies: Vec<Tally> = compiled.iter().map(|_| Tally::default()).collect();
+    // Every node's desired spec, for the rollout (which nodes still run an older one).
+    let mut desired = Vec::with_capacity(sorted.len());
     let empty = BTreeMap::new();
     for node in sorted {
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -311,14 +315,20 @@ where
                 );
             }
         }
+        desired.push(DesiredNode {
+            node: name,
+            node_uid: node.metadata.uid.clone().unwrap_or_default(),
+            spec,
+        });
     }
 
-    let statuses = compiled
+    let mut statuses = compiled
         .iter()
         .zip(tallies)
         .map(|(p, t)| (p.name.to_string(), roll_up(p, t, now)))
         .collect();
-    Decision { statuses }
+    let marks = rollout::decide_rollouts(&compiled, &desired, &by_name, &mut statuses, now);
+    Decision { statuses, marks }
 }
 
 /// The policy's `Conflict` condition: some matched nodes are governed by another policy.
@@ -437,8 +447,7 @@ fn roll_up(p: &CompiledPolicy<'_>, t: Tally, now: &Time) -> NodeResourcePolicySt
         invalid_nodes: t.invalid,
         overridden_nodes: t.overridden,
         problem_nodes: t.problems,
-        // Rollout counts come from the agents' Applied conditions through
-        // `rollout::next_batch`; this controller does not wire them yet (issue 13).
+        // Filled by `rollout::decide_rollouts` from the agents' Applied conditions.
         updated_nodes: 0,
         pending_nodes: 0,
         failed_nodes: 0,

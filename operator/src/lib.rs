@@ -13,5 +13,6 @@ pub mod decide;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod rollout_controller;
 pub mod selector;
 pub mod triggers;

@@ -159,6 +159,8 @@ pub enum Event {
     Kubelet(Result<Option<KubeletCpuState>, KubeletError>),
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
+    /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
+    Actuation(Box<super::actuation::Outcome>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -196,6 +198,8 @@ pub struct Core {
     quarantine_requested: bool,
     kubelet: Result<Option<KubeletCpuState>, KubeletError>,
     pod_problems: Vec<String>,
+    /// The last actuation verdict (published as `Applied` and `status.change`).
+    actuation: Option<super::actuation::Outcome>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -251,6 +255,7 @@ impl Core {
             quarantine_requested,
             kubelet: Ok(None),
             pod_problems: Vec::new(),
+            actuation: None,
             tally: Tally::default(),
         }
     }
@@ -298,6 +303,7 @@ impl Core {
                 }
             }
             Event::PodProblems(p) => self.pod_problems = p,
+            Event::Actuation(a) => self.actuation = Some(*a),
         }
     }
 
@@ -518,6 +524,10 @@ impl Core {
         for c in self.conditions() {
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
+        // Applied carries the generation it judged, not the newest one seen.
+        if let Some(a) = &self.actuation {
+            conditions::upsert(&mut conds, &a.condition, Some(a.generation), now);
+        }
         let (allocations, rejections) = self.published_records();
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -535,6 +545,7 @@ impl Core {
             rejections,
             kubelet: self.kubelet_observed(),
             summary: Some(summary),
+            change: self.actuation.as_ref().and_then(|a| a.change.clone()),
         }
     }
 

@@ -270,9 +270,30 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         nrt_tx
     });
     let mut podres_due = true;
+    // Actuation verdicts come back as core events (the task runs with actuation off too, to
+    // answer a rollout mark with ActuationDisabled).
+    let (act_tx, act_rx) = tokio::sync::mpsc::channel(4);
+    if args.actuation.actuation {
+        // Fail at start-up, not at the first mark, when the restart hook is incomplete.
+        args.actuation.service()?;
+    }
+    tokio::spawn(super::actuation::run(
+        client.clone(),
+        node.clone(),
+        topology.clone(),
+        args.kubelet_state.clone(),
+        args.actuation.clone(),
+        act_tx,
+    ));
+    let actuation_events = futures::stream::unfold(act_rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (ev, rx))
+    });
     let mut events = futures::stream::select(
-        pod_events(client.clone(), &node).boxed(),
-        spec_events(client, &node).boxed(),
+        futures::stream::select(
+            pod_events(client.clone(), &node).boxed(),
+            spec_events(client, &node).boxed(),
+        ),
+        actuation_events.boxed(),
     );
     let shutdown = Shutdown::on_signals();
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));

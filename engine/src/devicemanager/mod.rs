@@ -4,16 +4,18 @@
 //!
 //! A device belongs to an extended resource (`example.com/gpu`) and may name the NUMA nodes
 //! it is attached to. A resource whose devices name no NUMA node has no topology preference
-//! (nil hints). Otherwise, per mask over the machine's NUMA nodes: every reusable device
+//! (nil hints). Otherwise, per mask over the NUMA nodes the resource's devices are attached
+//! to (not every node of the machine, as `deviceNUMANodes` does): every reusable device
 //! (from the pod's init containers) that has a topology must touch the mask, and reusable
 //! plus available devices touching the mask must reach the request; preferred iff the
 //! mask's width equals the narrowest width under which *all* the resource's devices could
 //! reach the request.
 //!
-//! Allocation takes reusable devices first, then devices on the merged hint's nodes (from
-//! nodes with fewer free devices first, as the kubelet sorts them), then devices elsewhere,
-//! then devices without NUMA affinity. The kubelet picks within those groups in Go map
-//! order; here ties break by device id, so results are deterministic.
+//! Allocation takes reusable devices first, then devices touching the merged hint's nodes,
+//! then devices elsewhere, then devices without NUMA affinity. The kubelet picks within
+//! those groups in Go set order unless the device plugin offers a preferred allocation;
+//! here ties break by device id (what the kubelet does with a plugin preferring the lowest
+//! ids, devices with a topology first), so results are deterministic.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -371,13 +373,17 @@ impl DeviceManager {
                 .collect()
         };
         let every: Vec<NumaMask> = all.values().copied().filter(|m| !m.is_empty()).collect();
+        // The kubelet's `generateDeviceTopologyHints` enumerates masks over the NUMA nodes
+        // the resource's devices are attached to (`deviceNUMANodes`), not over every node
+        // of the machine: a node without such a device is in no hint.
+        let ids = device_nodes(&self.ids, &every);
         DeviceHintSource {
-            universe: NumaMask::new(self.ids.iter().copied()).unwrap_or_default(),
-            ids: self.ids.clone(),
+            universe: NumaMask::new(ids.iter().copied()).unwrap_or_default(),
             available: masks(available),
             reusable: masks(reusable),
             request,
-            min_affinity: min_device_width(&self.ids, &every, request).unwrap_or(self.ids.len()),
+            min_affinity: min_device_width(&ids, &every, request).unwrap_or(ids.len()),
+            ids,
         }
     }
 
@@ -412,11 +418,13 @@ impl DeviceManager {
                 .into_iter()
                 .filter(|d| !picked.contains(d))
                 .collect();
-            if picked.len() + free.len() < needed {
+            if picked.len() < needed && picked.len() + free.len() < needed {
+                // `devicesToAllocate` reports what is still needed after the reusable
+                // devices and the free devices apart from them.
                 return Err(DeviceError::Unavailable {
                     resource: r.clone(),
-                    requested: *n,
-                    available: picked.len() + free.len(),
+                    requested: (needed - picked.len()) as u64,
+                    available: free.len(),
                 });
             }
             for d in self.order_by_affinity(r, &free, hint.and_then(|h| h.affinity)) {
@@ -447,10 +455,12 @@ impl DeviceManager {
         Ok(())
     }
 
-    /// `filterByAffinity`: devices on the hint's nodes, then on other nodes, then without
-    /// affinity; nodes with fewer free devices come first within each group (a device on
-    /// several nodes goes with the first of them in that order); ties by node id, then
-    /// device id.
+    /// `filterByAffinity` then the plugin's choice: devices touching the hint's nodes
+    /// (aligned), then devices on other nodes, then devices without NUMA affinity; with no
+    /// hint (or a resource without topology) devices with a topology before those without.
+    /// Within each group the kubelet takes devices in Go set order (its per-node sort is
+    /// lost when the groups become sets) unless the plugin offers a preferred allocation;
+    /// here, as with a plugin preferring the lowest ids, ties break by device id.
     fn order_by_affinity(
         &self,
         resource: &str,
@@ -458,32 +468,16 @@ impl DeviceManager {
         hint: Option<NumaMask>,
     ) -> Vec<String> {
         let all = &self.devices[resource];
-        let Some(hint) = hint.filter(|_| all.values().any(|m| !m.is_empty())) else {
-            return free.to_vec();
-        };
-        let mut per_node: BTreeMap<usize, usize> = BTreeMap::new();
-        for d in free {
-            for n in all[d].ids() {
-                *per_node.entry(n).or_default() += 1;
-            }
-        }
-        let mut nodes: Vec<usize> = per_node.keys().copied().collect();
-        nodes.sort_by_key(|n| (!hint.is_set(*n), per_node[n], *n));
-        let rank = |d: &String| -> (usize, usize) {
+        let topology = all.values().any(|m| !m.is_empty());
+        let rank = |d: &String| -> u8 {
             let m = all[d];
             if m.is_empty() {
-                return (2, usize::MAX);
+                return 2;
             }
-            let pos = nodes
-                .iter()
-                .position(|n| m.is_set(*n))
-                .unwrap_or(usize::MAX);
-            let group = if nodes.get(pos).is_some_and(|n| hint.is_set(*n)) {
-                0
-            } else {
-                1
-            };
-            (group, pos)
+            match hint {
+                Some(h) if topology && m.and(h).is_empty() => 1,
+                _ => 0,
+            }
         };
         let mut out = free.to_vec();
         out.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
@@ -526,6 +520,18 @@ impl DeviceManager {
     pub fn remove_pod(&mut self, pod_uid: &str) {
         self.allocated.remove(pod_uid);
         self.reusable.remove(pod_uid);
+    }
+}
+
+/// The NUMA nodes a resource's devices are attached to (kubelet `deviceNUMANodes`), in id
+/// order; every node of the machine when no device names one.
+fn device_nodes(machine: &[usize], devices: &[NumaMask]) -> Vec<usize> {
+    let on = devices.iter().fold(NumaMask::EMPTY, |a, m| a.or(*m));
+    let ids: Vec<usize> = machine.iter().copied().filter(|n| on.is_set(*n)).collect();
+    if ids.is_empty() {
+        machine.to_vec()
+    } else {
+        ids
     }
 }
 
@@ -718,5 +724,87 @@ mod tests {
         assert_eq!(hints[0], h(0b101, true));
         assert_eq!(hints[1], h(0b110, true));
         assert!(hints.iter().all(|x| x.affinity.unwrap().count() >= 2));
+    }
+
+    /// Oracle divergence (kubelet v1.37.2 `deviceNUMANodes`): hints enumerate only the
+    /// nodes the resource's devices are attached to. Devices on node 0 of a two-node
+    /// machine: the kubelet answers `[{0} preferred]`, no `{0,1}`.
+    #[test]
+    fn hints_cover_only_nodes_with_devices() {
+        let devs = [dev("x/gpu", "a", &[0]), dev("x/gpu", "b", &[0])];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        assert_eq!(hints_of(&m, &pod("p", 1)), vec![h(0b01, true)]);
+        assert_eq!(hints_of(&m, &pod("p", 2)), vec![h(0b01, true)]);
+        // Sparse ids: devices on nodes 2 and 5 of {0, 2, 5}: masks over {2, 5} only.
+        let devs = [dev("x/gpu", "a", &[2]), dev("x/gpu", "b", &[5])];
+        let m = DeviceManager::new(&devs, &[0, 2, 5]).unwrap();
+        assert_eq!(
+            hints_of(&m, &pod("p", 1)),
+            vec![
+                h(1 << 2, true),
+                h(1 << 5, true),
+                h((1 << 2) | (1 << 5), false)
+            ]
+        );
+        assert_eq!(
+            hints_of(&m, &pod("p", 2)),
+            vec![h((1 << 2) | (1 << 5), true)]
+        );
+    }
+
+    /// Oracle divergence (kubelet `devicesToAllocate`): a shortfall after reusable devices
+    /// reports what is still needed and the free devices apart from the reusable ones.
+    #[test]
+    fn shortfall_after_reuse_reports_the_remaining_need() {
+        let devs = [
+            dev("x/gpu", "a", &[0]),
+            dev("x/gpu", "b", &[0]),
+            dev("x/gpu", "c", &[1]),
+        ];
+        let mut m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        let mut p = pod("p", 3);
+        let mut init = p.containers[0].clone();
+        init.name = "init".into();
+        init.requests.extended.insert("x/gpu".into(), 1);
+        init.limits.extended.insert("x/gpu".into(), 1);
+        p.init_containers.push(init);
+        let other = pod("q", 1);
+        m.allocate(&other, &other.containers[0], Some(&h(0b10, true)))
+            .unwrap();
+        m.allocate(&p, &p.init_containers[0], Some(&h(0b01, true)))
+            .unwrap();
+        let err = m
+            .allocate(&p, &p.containers[0], Some(&h(0b01, true)))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "requested number of devices unavailable for x/gpu. Requested: 2, Available: 1"
+        );
+    }
+
+    /// Allocation order: devices touching the hint by id, then other nodes, then devices
+    /// without NUMA affinity; with no hint, devices with a topology first (what the kubelet
+    /// takes with a plugin preferring the lowest ids; without a preference it picks any).
+    #[test]
+    fn allocation_order_by_group_then_id() {
+        let devs = [
+            dev("x/gpu", "a", &[]),
+            dev("x/gpu", "b", &[1]),
+            dev("x/gpu", "c", &[0]),
+            dev("x/gpu", "d", &[0, 1]),
+            dev("x/gpu", "e", &[0]),
+        ];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        let free: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        let order = |hint| m.order_by_affinity("x/gpu", &free, hint);
+        assert_eq!(
+            order(Some(NumaMask::from_bits(0b01))),
+            ["c", "d", "e", "b", "a"]
+        );
+        assert_eq!(
+            order(Some(NumaMask::from_bits(0b10))),
+            ["b", "d", "c", "e", "a"]
+        );
+        assert_eq!(order(None), ["b", "c", "d", "e", "a"]);
     }
 }

@@ -868,17 +868,19 @@ fn table(
 }
 
 /// `regenerateHints`: a container that already has blocks gets its blocks' affinities back
-/// (preferred), or empty lists when the blocks do not match the request.
+/// (preferred). When the blocks do not match the request (another count of resources, a
+/// resource not requested, another size, as an init container's blocks after later
+/// containers reused its memory) the kubelet returns a nil map: no preference, not empty
+/// lists (which would reject the pod).
 fn regenerate(blocks: &[Block], request: &BTreeMap<MemoryResource, u64>) -> MemoryHints {
-    let mut hints: BTreeMap<String, Vec<TopologyHint>> =
-        request.keys().map(|r| (r.name(), Vec::new())).collect();
     if blocks.len() != request.len() {
-        return MemoryHints::Explicit(hints);
+        return MemoryHints::None;
     }
-    let mut out = hints.clone();
+    let mut out: BTreeMap<String, Vec<TopologyHint>> =
+        request.keys().map(|r| (r.name(), Vec::new())).collect();
     for b in blocks {
         if request.get(&b.resource) != Some(&b.size) {
-            return MemoryHints::Explicit(hints);
+            return MemoryHints::None;
         }
         out.entry(b.resource.name())
             .or_default()
@@ -887,8 +889,7 @@ fn regenerate(blocks: &[Block], request: &BTreeMap<MemoryResource, u64>) -> Memo
                 preferred: true,
             });
     }
-    hints = out;
-    MemoryHints::Explicit(hints)
+    MemoryHints::Explicit(out)
 }
 
 /// The narrowest width of a subset of nodes whose allocatable amounts reach every requested

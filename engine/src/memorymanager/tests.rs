@@ -180,3 +180,37 @@ fn min_affinity_multi_resource() {
     assert_eq!(min_affinity(&[0, 1, 2], &alloc, &[15, 6]), Some(3));
     assert_eq!(min_affinity(&[0, 1, 2], &alloc, &[16, 16]), None);
 }
+
+/// Oracle divergence (kubelet v1.37.2 `regenerateHints`): a container whose blocks no
+/// longer match its request (a regular init container whose memory a later container
+/// reused, its block shrunk) gets a nil map, no preference, when the pod is admitted again
+/// (after a kubelet restart); the engine answered empty lists, which rejected the pod.
+#[test]
+fn readmission_after_reuse_gives_no_preference() {
+    let mut m = MemoryManager::new(&topo(&[4, 4], &[]), &ReservedMemory::new()).unwrap();
+    let mut p = pod("a", GI, 0);
+    let mut init = p.containers[0].clone();
+    init.name = "init".into();
+    init.requests.memory_bytes = Some(2 * GI);
+    init.limits.memory_bytes = Some(2 * GI);
+    p.init_containers.push(init);
+    m.allocate(&p, &p.init_containers[0], Some(&h(0b01, true)))
+        .unwrap();
+    m.allocate(&p, &p.containers[0], Some(&h(0b01, true)))
+        .unwrap();
+    // The init container's block shrank by what the app container reused.
+    assert_eq!(m.blocks("a", "init").unwrap()[0].size, GI);
+    assert!(matches!(
+        m.container_hints(&p, &p.init_containers[0]),
+        MemoryHints::None
+    ));
+    // The app container's block matches its request: its own affinity, preferred.
+    assert_eq!(list(&m, &p)["memory"], vec![h(0b01, true)]);
+    let mut admitter_view = p.clone();
+    admitter_view.containers[0].requests.memory_bytes = Some(3 * GI);
+    admitter_view.containers[0].limits.memory_bytes = Some(3 * GI);
+    assert!(matches!(
+        m.container_hints(&admitter_view, &admitter_view.containers[0]),
+        MemoryHints::None
+    ));
+}

@@ -11,6 +11,7 @@ use nodetopo_engine::topologymanager::{NumaMask, ProviderHints, ResourceHints};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
 
+use crate::device;
 use crate::memory;
 use crate::protocol::*;
 
@@ -90,7 +91,11 @@ pub(crate) fn engine_container(c: &ContainerJson) -> Container {
             cpu_millis: millis(&r.cpu),
             memory_bytes: bytes(&r.memory),
             hugepages,
-            ..ResourceList::default()
+            extended: r
+                .extended
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
+                .collect(),
         }
     };
     Container {
@@ -156,7 +161,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
         tm_scope,
         tm_options,
         memory,
-        ..NodeConfig::default()
+        devices: device::engine_devices(&c.devices),
     };
     let mut node = match NodeAdmitter::new(topology, &config) {
         Ok(n) => n,
@@ -164,14 +169,34 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
     };
     let mut results = Vec::new();
     let mut live: BTreeMap<String, Pod> = BTreeMap::new();
+    // Every pod admitted or rejected and not removed (the oracle's list at the end).
+    let mut seen: BTreeMap<String, Pod> = BTreeMap::new();
+    // Pods admitted and not removed or rejected since.
+    let mut live_pods: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for op in &c.ops {
         match op.op.as_str() {
-            "admit" => {
-                let Some(pj) = &op.pod else {
-                    return Err("admit without pod".into());
+            "admit" | "readmit" => {
+                let pod = if op.op == "readmit" {
+                    // An admitted pod admitted again; skipped when it is not admitted.
+                    match seen.get(&op.uid).filter(|_| live_pods.contains(&op.uid)) {
+                        Some(p) => p.clone(),
+                        None => {
+                            results.push(OpResult {
+                                admit: true,
+                                skipped: true,
+                                ..OpResult::default()
+                            });
+                            continue;
+                        }
+                    }
+                } else {
+                    let Some(pj) = &op.pod else {
+                        return Err("admit without pod".into());
+                    };
+                    engine_pod(pj)
                 };
-                let pod = engine_pod(pj);
                 let before = node.memory().cloned();
+                let dev_before = (!c.devices.is_empty()).then(|| node.devices().clone());
                 let cpu_before = node.cpu_state().clone();
                 let adm = node.admit(&pod);
                 let mut r = OpResult {
@@ -186,9 +211,28 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     r.mem_hints =
                         memory::engine_raw_hints(before, &node, &pod, tm_scope, adm.admitted());
                 }
+                if let (Some(before), true) = (&dev_before, tm_policy != TmPolicy::None) {
+                    r.dev_hints =
+                        device::engine_raw_hints(before, &node, &pod, tm_scope, adm.admitted());
+                }
+                if dev_before.is_some() && adm.admitted() {
+                    r.devices = device::engine_pod_devices(node.devices(), &pod);
+                }
+                seen.insert(pod.uid.clone(), pod.clone());
                 if let (Some(m), true) = (node.memory(), adm.admitted()) {
                     r.memory = Some(memory::engine_blocks(m, &pod));
                     live.insert(pod.uid.clone(), pod.clone());
+                }
+                if !adm.admitted() && live_pods.contains(&pod.uid) {
+                    // A pod admitted before and rejected now (admitted again, as after a
+                    // kubelet restart) fails: the kubelet releases what it held.
+                    node.remove_pod(&pod.uid);
+                    live.remove(&pod.uid);
+                }
+                if adm.admitted() {
+                    live_pods.insert(pod.uid.clone());
+                } else {
+                    live_pods.remove(&pod.uid);
                 }
                 if let Some(rej) = adm.rejections.first() {
                     r.reason = rej.reason.clone();
@@ -214,6 +258,8 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
             "remove" => {
                 node.remove_pod(&op.uid);
                 live.remove(&op.uid);
+                seen.remove(&op.uid);
+                live_pods.remove(&op.uid);
                 results.push(OpResult {
                     admit: true,
                     ..OpResult::default()
@@ -247,6 +293,14 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     .collect()
             })
             .unwrap_or_default(),
+        final_devices: if c.devices.is_empty() {
+            BTreeMap::new()
+        } else {
+            seen.values()
+                .map(|p| (p.uid.clone(), device::engine_pod_devices(node.devices(), p)))
+                .filter(|(_, d)| !d.is_empty())
+                .collect()
+        },
         ..Answer::default()
     })
 }
@@ -394,12 +448,13 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
         }
     }
     let defect = kubelet_defect(c, kubelet).map(|(i, _)| i);
+    let ambiguous = device::ambiguous(c, kubelet, engine).map(|(i, _)| i);
     for (i, (k, e)) in kubelet.results.iter().zip(&engine.results).enumerate() {
-        if Some(i) == defect {
+        if Some(i) == defect || Some(i) == ambiguous {
             return None;
         }
         let what = format!("ops[{i}] ({} {})", c.ops[i].op, op_uid(&c.ops[i]));
-        if k.admit != e.admit || k.reason != e.reason {
+        if k.admit != e.admit || k.reason != e.reason || k.skipped != e.skipped {
             return Some(format!(
                 "{what}: kubelet admit={} {} {:?}; engine admit={} {} {:?}",
                 k.admit, k.reason, k.message, e.admit, e.reason, e.message
@@ -423,9 +478,7 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
                 k.hints, e.hints
             ));
         }
-        let first = c.ops[i]
-            .pod
-            .as_ref()
+        let first = op_pod(c, i)
             .and_then(|p| p.init.first().or(p.containers.first()))
             .map(|ct| ct.name.clone())
             .unwrap_or_default();
@@ -447,6 +500,16 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
                     .retain(|name, _| name.is_empty() || *name == first);
             }
             if let Some(why) = memory::compare_op(&what, &k, e) {
+                return Some(why);
+            }
+        }
+        if !c.devices.is_empty() {
+            let mut k = k.clone();
+            if !k.admit {
+                k.dev_hints
+                    .retain(|name, _| name.is_empty() || *name == first);
+            }
+            if let Some(why) = device::compare_op(&what, &k, e) {
                 return Some(why);
             }
         }
@@ -476,10 +539,28 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
             kubelet.assignments, engine.assignments
         ));
     }
+    if !c.devices.is_empty() {
+        if let Some(why) = device::compare_final(kubelet, engine) {
+            return Some(why);
+        }
+    }
     if c.memory.is_some() {
         return memory::compare_final(c, kubelet, engine);
     }
     None
+}
+
+/// The pod an admission (or a readmit) at `ops[i]` admits.
+pub(crate) fn op_pod(c: &CaseJson, i: usize) -> Option<&PodJson> {
+    let op = c.ops.get(i)?;
+    if op.op != "readmit" {
+        return op.pod.as_ref();
+    }
+    c.ops[..i]
+        .iter()
+        .rev()
+        .filter_map(|o| o.pod.as_ref())
+        .find(|p| p.uid == op.uid)
 }
 
 pub(crate) fn op_uid(o: &OpJson) -> &str {

@@ -239,6 +239,7 @@ pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
         tm_options,
         ops,
         memory: None,
+        devices: Vec::new(),
         checkpoint: false,
     }
 }

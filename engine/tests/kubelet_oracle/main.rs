@@ -4,11 +4,14 @@
 //! acceptance, admit/reject with reason and message, every container's exclusive CPUs, the
 //! merged topology hint of every container, the raw CPU (and memory) hints before the
 //! merge, and the final shared pool and assignments; memory cases also every container's
-//! memory blocks, the memory manager's machine state and its checkpoint file.
+//! memory blocks, the memory manager's machine state and its checkpoint file; device cases
+//! the raw device hints, every container's device ids and the devices each pod holds at
+//! the end.
 //!
-//! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|all`, default all: 70 % cpu, 30 % memory):
-//! `cpu` (CPU manager and topology manager, `cpu.rs`) and `memory` (plus the memory
-//! manager's Static policy, `memory.rs`).
+//! Kinds (`NODETOPO_ORACLE_KIND=cpu|memory|device|all`, default all: 55 % cpu, 25 %
+//! memory, 20 % device): `cpu` (CPU manager and topology manager, `cpu.rs`), `memory` (plus
+//! the memory manager's Static policy, `memory.rs`) and `device` (plus the device manager,
+//! `device.rs`; the oracle runs with `-devices` in its private mount namespace).
 //!
 //! - `oracle_campaign` (CI sets 20,000): `NODETOPO_ORACLE_CASES` cases (default 2,000), per
 //!   kind half from the fixed seed and half from one fresh seed printed in the log. Skips,
@@ -22,6 +25,7 @@
 //! listed, never dropped silently.
 
 mod cpu;
+mod device;
 mod generator;
 mod memory;
 mod oracle;
@@ -34,7 +38,7 @@ use std::time::Instant;
 
 use cpu::{compare, engine_topology, kubelet_defect, run_engine};
 use generator::{gen_case, Machines, Rng};
-use oracle::{oracle_binary, Oracle};
+use oracle::{devices_available, oracle_binary, Oracle};
 use protocol::*;
 use shrink::{reproducer, shrink};
 
@@ -59,6 +63,12 @@ struct Tally {
     memory_blocks: usize,
     multi_numa_blocks: usize,
     memory_checkpoints: usize,
+    raw_device_hint_lists: usize,
+    device_containers: usize,
+    devices_compared: usize,
+    ambiguous: Vec<String>,
+    readmits: usize,
+    readmits_skipped: usize,
 }
 
 /// The kind of cases a campaign generates.
@@ -68,6 +78,8 @@ enum Kind {
     Cpu(Machines),
     /// Memory manager (Static) beside the CPU manager and topology manager.
     Memory,
+    /// Device manager (device-plugin resources) beside the CPU manager and topology manager.
+    Device,
 }
 
 impl Kind {
@@ -75,6 +87,15 @@ impl Kind {
         match self {
             Kind::Cpu(m) => gen_case(r, id, m),
             Kind::Memory => memory::gen_memory_case(r, id),
+            Kind::Device => device::gen_device_case(r, id),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Cpu(_) => "cpu",
+            Kind::Memory => "memory",
+            Kind::Device => "device",
         }
     }
 
@@ -83,6 +104,7 @@ impl Kind {
         match self {
             Kind::Cpu(_) => Rng(seed),
             Kind::Memory => Rng(seed ^ 0x6d65_6d6f_7279_0000),
+            Kind::Device => Rng(seed ^ 0x6465_7669_6365_0000),
         }
     }
 }
@@ -92,6 +114,7 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
         bin,
         child: None,
         restarts: 0,
+        devices: kind == Kind::Device,
     };
     let mut rng = kind.rng(seed);
     let mut t = Tally::default();
@@ -132,6 +155,9 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             if let Some((i, why)) = kubelet_defect(c, k) {
                 t.defects.push(format!("{} ops[{i}]: {why}", c.id));
             }
+            if let Some((i, why)) = device::ambiguous(c, k, &e) {
+                t.ambiguous.push(format!("{} ops[{i}]: {why}", c.id));
+            }
             if !k.config_error.is_empty() {
                 t.config_refused += 1;
             }
@@ -144,6 +170,14 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
                 }
                 t.raw_cpu_hint_lists += r.cpu_hints.len();
                 t.raw_memory_hint_lists += r.mem_hints.values().map(|m| m.len()).sum::<usize>();
+                t.raw_device_hint_lists += r.dev_hints.values().map(|m| m.len()).sum::<usize>();
+                t.device_containers += r.devices.len();
+                t.devices_compared += r
+                    .devices
+                    .values()
+                    .flat_map(|m| m.values())
+                    .map(|v| v.len())
+                    .sum::<usize>();
                 for b in r.memory.iter().flat_map(|m| m.values()).flatten() {
                     t.memory_blocks += 1;
                     if b.numa_affinity.len() > 1 {
@@ -157,6 +191,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             for (o, r) in c.ops.iter().zip(&k.results) {
                 match (o.op.as_str(), r.admit) {
                     ("remove", _) => t.removes += 1,
+                    ("readmit", _) if r.skipped => t.readmits_skipped += 1,
+                    ("readmit", true) => t.readmits += 1,
                     (_, true) => t.admits += 1,
                     (_, false) => t.rejects += 1,
                 }
@@ -185,6 +221,19 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             "  memory blocks compared: {} ({} spanning several NUMA nodes), memory_manager_state files checked: {}",
             t.memory_blocks, t.multi_numa_blocks, t.memory_checkpoints
         );
+    }
+    if kind == Kind::Device {
+        eprintln!(
+            "  raw device hint lists compared: {} (per resource); containers holding devices: {}, devices compared: {}; pods admitted again: {} admitted, {} skipped (not admitted)",
+            t.raw_device_hint_lists, t.device_containers, t.devices_compared, t.readmits, t.readmits_skipped
+        );
+        eprintln!(
+            "  compared up to a pick the kubelet leaves to Go set order (reuse or error order): {}",
+            t.ambiguous.len()
+        );
+        for x in t.ambiguous.iter().take(5) {
+            eprintln!("    {x}");
+        }
     }
     eprintln!("  upstream timeouts (oracle > 2 s): {}", t.timeouts.len());
     for x in &t.timeouts {
@@ -250,27 +299,49 @@ fn oracle_or_skip() -> Option<PathBuf> {
     }
 }
 
-/// `NODETOPO_ORACLE_KIND`: `cpu`, `memory` or `all` (default).
+/// Whether the device kind can run (the oracle's private /var/lib/kubelet); when it cannot,
+/// a failure with `NODETOPO_REQUIRE_ORACLE=1` (CI), else a printed SKIP.
+fn device_kind_runs(bin: &std::path::Path) -> bool {
+    match devices_available(bin) {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
+                panic!("NODETOPO_REQUIRE_ORACLE=1 but the oracle cannot run device cases: {why}");
+            }
+            eprintln!("SKIP kubelet oracle device kind: {why}");
+            false
+        }
+    }
+}
+
+/// `NODETOPO_ORACLE_KIND`: `cpu`, `memory`, `device` or `all` (default).
 fn kinds_from_env(machines: Machines) -> Vec<Kind> {
     match std::env::var("NODETOPO_ORACLE_KIND").as_deref() {
         Ok("cpu") => vec![Kind::Cpu(machines)],
         Ok("memory") => vec![Kind::Memory],
-        Ok("all") | Err(_) => vec![Kind::Cpu(machines), Kind::Memory],
-        Ok(other) => panic!("NODETOPO_ORACLE_KIND={other}: expected cpu, memory or all"),
+        Ok("device") => vec![Kind::Device],
+        Ok("all") | Err(_) => vec![Kind::Cpu(machines), Kind::Memory, Kind::Device],
+        Ok(other) => panic!("NODETOPO_ORACLE_KIND={other}: expected cpu, memory, device or all"),
     }
 }
 
-/// The share of each kind in a campaign of `total` cases: memory cases are 30 %.
+/// The share of each kind in a campaign of `total` cases (`all`): memory and device cases
+/// MEMORY_PERCENT and DEVICE_PERCENT, cpu cases the rest.
+const MEMORY_PERCENT: usize = 25;
+const DEVICE_PERCENT: usize = 20;
+
 fn split(total: usize, kinds: &[Kind]) -> Vec<(Kind, usize)> {
     if kinds.len() == 1 {
         return vec![(kinds[0], total)];
     }
-    let memory = total * 3 / 10;
+    let memory = total * MEMORY_PERCENT / 100;
+    let device = total * DEVICE_PERCENT / 100;
     kinds
         .iter()
         .map(|&k| match k {
             Kind::Memory => (k, memory),
-            Kind::Cpu(_) => (k, total - memory),
+            Kind::Device => (k, device),
+            Kind::Cpu(_) => (k, total - memory - device),
         })
         .collect()
 }
@@ -292,11 +363,11 @@ fn oracle_campaign() {
     let start = Instant::now();
     let mut compared = 0;
     for (kind, n) in split(total, &kinds_from_env(machines)) {
+        if kind == Kind::Device && !device_kind_runs(&bin) {
+            continue;
+        }
         let fixed_n = n / 2;
-        let kind_name = match kind {
-            Kind::Cpu(_) => "cpu",
-            Kind::Memory => "memory",
-        };
+        let kind_name = kind.name();
         eprintln!(
             "kubelet oracle campaign, {kind_name} kind: fixed seed {FIXED_SEED:#x} x {fixed_n}, fresh seed {fresh:#x} x {} (replay: NODETOPO_ORACLE_KIND={kind_name} NODETOPO_ORACLE_MACHINES={machines_name} NODETOPO_ORACLE_SEED={fresh:#x} NODETOPO_ORACLE_CASES={} cargo test -p nodetopo-engine --release --test kubelet_oracle oracle_campaign_on_demand -- --ignored)",
             n - fixed_n,
@@ -319,6 +390,9 @@ fn oracle_campaign_on_demand() {
     let n = env_usize("NODETOPO_ORACLE_CASES").unwrap_or(100_000);
     let seed = env_seed("NODETOPO_ORACLE_SEED").unwrap_or(FIXED_SEED);
     for (kind, n) in split(n, &kinds_from_env(machines_from_env(Machines::Any))) {
+        if kind == Kind::Device && !device_kind_runs(&bin) {
+            continue;
+        }
         campaign(bin.clone(), seed, n, kind);
     }
 }
@@ -333,6 +407,7 @@ fn oracle_replay() {
         bin,
         child: None,
         restarts: 0,
+        devices: !c.devices.is_empty(),
     };
     let k = oracle.ask(std::slice::from_ref(&c)).remove(0);
     let e = run_engine(&c).expect("engine runs the case");
@@ -412,4 +487,67 @@ fn memory_generator_covers_the_space() {
     }
     eprintln!("memory generator: {huge2} hugepages-2Mi and {huge1} hugepages-1Gi requests, {beyond_node} larger than a node, {sidecars} sidecars, {no_reserved} configs without reserved memory, of 2000 cases");
     assert!(huge2 > 0 && huge1 > 0 && beyond_node > 0 && sidecars > 0 && no_reserved > 0);
+}
+
+#[test]
+fn device_generator_covers_the_space() {
+    // The device kind's generator: resources without topology, devices without NUMA
+    // affinity and spanning two nodes, devices on only some nodes, sparse NUMA ids, reuse
+    // of a regular init container's devices, readmits, memory cases with devices.
+    let mut r = Kind::Device.rng(FIXED_SEED);
+    let (mut no_topo_res, mut no_topo_dev, mut spanning, mut subset, mut sparse) = (0, 0, 0, 0, 0);
+    let (mut reuse, mut readmits, mut with_memory, mut requests) = (0, 0, 0, 0);
+    for i in 0..2000 {
+        let c = device::gen_device_case(&mut r, i.to_string());
+        engine_topology(&c.machine).expect("generated machine is valid");
+        let ids: Vec<usize> = c.machine.numa.iter().map(|n| n.id).collect();
+        if ids.iter().enumerate().any(|(i, x)| *x != i) {
+            sparse += 1;
+        }
+        with_memory += usize::from(c.memory.is_some());
+        let mut by_res: BTreeMap<&str, Vec<&DeviceJson>> = BTreeMap::new();
+        for d in &c.devices {
+            assert!(
+                d.numa.iter().all(|n| ids.contains(n)),
+                "device on unknown node"
+            );
+            by_res.entry(d.resource.as_str()).or_default().push(d);
+            no_topo_dev += usize::from(d.numa.is_empty());
+            spanning += usize::from(d.numa.len() > 1);
+        }
+        for devs in by_res.values() {
+            if devs.iter().all(|d| d.numa.is_empty()) {
+                no_topo_res += 1;
+            }
+            let on: std::collections::BTreeSet<usize> =
+                devs.iter().flat_map(|d| d.numa.iter().copied()).collect();
+            if !on.is_empty() && on.len() < ids.len() {
+                subset += 1;
+            }
+        }
+        for o in &c.ops {
+            readmits += usize::from(o.op == "readmit");
+            let Some(p) = &o.pod else { continue };
+            let init_res: Vec<&String> = p
+                .init
+                .iter()
+                .filter(|x| !x.restartable)
+                .flat_map(|x| x.limits.extended.keys())
+                .collect();
+            for ct in p.init.iter().chain(&p.containers) {
+                requests += ct.limits.extended.len();
+                assert_eq!(ct.requests.extended, ct.limits.extended);
+            }
+            reuse += p
+                .containers
+                .iter()
+                .filter(|ct| ct.limits.extended.keys().any(|k| init_res.contains(&k)))
+                .count();
+        }
+    }
+    eprintln!(
+        "device generator: {requests} device requests, {no_topo_res} resources without topology, {no_topo_dev} devices without NUMA affinity, {spanning} spanning two nodes, {subset} resources on part of the nodes, {sparse} sparse machines, {reuse} app containers reusing a regular init container's resource, {readmits} readmits, {with_memory} memory cases, of 2000 cases"
+    );
+    assert!(no_topo_res > 0 && no_topo_dev > 0 && spanning > 0 && subset > 0 && sparse > 0);
+    assert!(reuse > 0 && readmits > 0 && with_memory > 0 && requests > 0);
 }

@@ -452,6 +452,7 @@ pub(crate) fn gen_memory_case(r: &mut Rng, id: String) -> CaseJson {
         tm_options: BTreeMap::new(),
         ops,
         memory: Some(MemoryJson { reserved }),
+        devices: Vec::new(),
         checkpoint: r.chance(20),
     }
 }

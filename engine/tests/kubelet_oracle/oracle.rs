@@ -37,10 +37,34 @@ pub(crate) fn oracle_binary() -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
+/// Whether the oracle can answer device cases here: it must set up its private mount
+/// namespace with a tmpfs on /var/lib/kubelet (root, or unprivileged user namespaces).
+/// `Err` carries the oracle's own message.
+pub(crate) fn devices_available(bin: &std::path::Path) -> Result<(), String> {
+    let out = Command::new(bin)
+        .arg("-devices")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} ({})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            out.status
+        ))
+    }
+}
+
 pub(crate) struct Oracle {
     pub(crate) bin: PathBuf,
     pub(crate) child: Option<(Child, ChildStdin, BufReader<ChildStdout>)>,
     pub(crate) restarts: usize,
+    /// Start the oracle with `-devices` (device cases: its private /var/lib/kubelet).
+    pub(crate) devices: bool,
 }
 
 impl Oracle {
@@ -51,6 +75,9 @@ impl Oracle {
         // manager always keeps one): on a tmpfs a memory case takes ~25 ms, on disk ~100 ms.
         if std::path::Path::new("/dev/shm").is_dir() {
             cmd.arg("-state-dir=/dev/shm");
+        }
+        if self.devices {
+            cmd.arg("-devices");
         }
         let mut child = cmd
             .stdin(Stdio::piped())

@@ -47,7 +47,26 @@ pub(crate) struct ResJson {
         skip_serializing_if = "String::is_empty"
     )]
     pub(crate) hugepages_1gi: String,
+    /// Extended (device-plugin) resources -> quantity.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) extended: BTreeMap<String, String>,
 }
+
+/// One device the oracle's in-process device plugin advertises.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct DeviceJson {
+    pub(crate) resource: String,
+    pub(crate) id: String,
+    /// NUMA node ids; empty: no topology.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) numa: Vec<usize>,
+}
+
+/// Devices per container, resource -> sorted ids.
+pub(crate) type DevicesOf = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+
+/// Raw device hints of one provider call, resource -> hints (`None`: no preference).
+pub(crate) type RawDeviceHints = BTreeMap<String, Option<Vec<HintJson>>>;
 
 /// The memory manager's configuration: `--reserved-memory`, NUMA node id -> resource name
 /// -> bytes. Present: the memory manager runs with the Static policy.
@@ -138,6 +157,9 @@ pub(crate) struct CaseJson {
     /// The memory manager (Static policy) runs when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) memory: Option<MemoryJson>,
+    /// The device manager runs with these devices when not empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) devices: Vec<DeviceJson>,
     /// Ask for the checkpoint files the kubelet's checkpoint code writes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) checkpoint: bool,
@@ -153,6 +175,9 @@ pub(crate) struct HintJson {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct OpResult {
     pub(crate) admit: bool,
+    /// A `readmit` of a pod that is not admitted.
+    #[serde(default)]
+    pub(crate) skipped: bool,
     #[serde(default)]
     pub(crate) reason: String,
     #[serde(default)]
@@ -174,6 +199,12 @@ pub(crate) struct OpResult {
     /// Memory blocks per container after an admission (memory cases).
     #[serde(default)]
     pub(crate) memory: Option<BTreeMap<String, Vec<BlockJson>>>,
+    /// Raw device hints per container (container scope) or under "" (pod scope).
+    #[serde(default)]
+    pub(crate) dev_hints: BTreeMap<String, RawDeviceHints>,
+    /// Devices per container after an admission (device cases).
+    #[serde(default)]
+    pub(crate) devices: DevicesOf,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -198,6 +229,9 @@ pub(crate) struct Answer {
     /// checkpoint file's entries).
     #[serde(skip)]
     pub(crate) memory_entries: BTreeMap<String, BTreeMap<String, Vec<BlockJson>>>,
+    /// Devices every pod holds at the end: pod uid -> container -> resource -> ids.
+    #[serde(default)]
+    pub(crate) final_devices: BTreeMap<String, DevicesOf>,
     #[serde(default)]
     pub(crate) timeout: bool,
     /// The kubelet's code panicked on the case (the value it panicked with).

@@ -12,21 +12,39 @@ pub(crate) fn shrink_candidates(c: &CaseJson) -> Vec<CaseJson> {
         let removed = s.ops.remove(i);
         if removed.op == "admit" {
             let uid = op_uid(&removed).to_string();
-            s.ops.retain(|o| !(o.op == "remove" && o.uid == uid));
+            s.ops
+                .retain(|o| !((o.op == "remove" || o.op == "readmit") && o.uid == uid));
         }
         out.push(s);
     }
+    // Containers go from every admission of the same pod (a pod admitted again keeps its
+    // spec).
+    let drop_from = |s: &mut CaseJson, uid: &str, init: bool, j: usize| {
+        for o in &mut s.ops {
+            if let Some(p) = o.pod.as_mut().filter(|p| p.uid == uid) {
+                if init {
+                    p.init.remove(j);
+                } else {
+                    p.containers.remove(j);
+                }
+            }
+        }
+    };
+    let mut done = std::collections::BTreeSet::new();
     for i in 0..c.ops.len() {
         if let Some(p) = &c.ops[i].pod {
+            if !done.insert(p.uid.clone()) {
+                continue;
+            }
             for j in 0..p.init.len() {
                 let mut s = c.clone();
-                s.ops[i].pod.as_mut().map(|p| p.init.remove(j));
+                drop_from(&mut s, &p.uid, true, j);
                 out.push(s);
             }
             for j in 0..p.containers.len() {
                 if p.containers.len() > 1 {
                     let mut s = c.clone();
-                    s.ops[i].pod.as_mut().map(|p| p.containers.remove(j));
+                    drop_from(&mut s, &p.uid, false, j);
                     out.push(s);
                 }
             }

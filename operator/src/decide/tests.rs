@@ -423,3 +423,71 @@ fn select_orders_candidates() {
     assert_eq!(sel.winner, Some(1));
     assert_eq!(sel.losers, vec![2]);
 }
+
+#[test]
+fn rollout_marks_batches_and_counts_through_decide() {
+    use nodetopo_crds::conditions::{upsert, ConditionSpec, APPLIED, PROGRESSING};
+    use nodetopo_crds::rollout::{RolloutMode, RolloutSpec};
+    use nodetopo_crds::APPLY_GENERATION_ANNOTATION;
+    let mut p = policy("p", 0, &[], "0");
+    let nodes: Vec<Node> = ["n3", "n1", "n2"].iter().map(|n| node(n, &[])).collect();
+    let first = decide(std::slice::from_ref(&p), &nodes, NO_NT, &t(0));
+    let mut nts: Vec<NodeTopology> = first
+        .nodes
+        .iter()
+        .map(|d| ntopo(d, 1, Some(1), None))
+        .collect();
+    // Observe (no rollout section): counts, no marks.
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(1));
+    assert!(d.marks.is_empty());
+    let s = &d.statuses["p"];
+    assert_eq!(
+        (s.updated_nodes, s.pending_nodes, s.failed_nodes),
+        (0, 3, 0)
+    );
+    let c = find(&s.conditions, PROGRESSING).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "ObserveOnly")
+    );
+    // Apply, maxUnavailable 1: n1 first.
+    p.spec.rollout = Some(RolloutSpec {
+        mode: RolloutMode::Apply,
+        ..Default::default()
+    });
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(2));
+    let marked: Vec<&str> = d.marks.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(marked, ["n1"]);
+    assert_eq!(d.marks[0].generation, 1);
+    let c = find(&d.statuses["p"].conditions, PROGRESSING).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "RollingOut")
+    );
+    // n1 marked and updated; n2 marked and failed: paused, n3 not started.
+    let verdict = |nt: &mut NodeTopology, ok: bool, why: &str| {
+        nt.metadata.annotations = Some(BTreeMap::from([(
+            APPLY_GENERATION_ANNOTATION.to_string(),
+            "1".to_string(),
+        )]));
+        let st = nt.status.get_or_insert_with(Default::default);
+        upsert(
+            &mut st.conditions,
+            &ConditionSpec::new(APPLIED, ok, why, "x"),
+            Some(1),
+            &t(3),
+        );
+    };
+    nts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    verdict(&mut nts[0], true, "RestartOnly");
+    verdict(&mut nts[1], false, "Failed");
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(4));
+    assert!(d.marks.is_empty(), "{:?}", d.marks);
+    let s = &d.statuses["p"];
+    assert_eq!(
+        (s.updated_nodes, s.pending_nodes, s.failed_nodes),
+        (1, 1, 1)
+    );
+    let c = find(&s.conditions, PROGRESSING).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Paused"));
+}

@@ -1,0 +1,596 @@
+//! Cluster mode actuation: when the operator's rollout marks this node's NodeTopology
+//! (annotation `nodetopo.io/apply-generation` equal to its `metadata.generation`) and the
+//! agent runs with `--actuation`, carry the spec out on the kubelet with the same executor as
+//! `nodetopo-agent apply` ([`crate::actuate`]), then publish the verdict as the `Applied`
+//! condition (for that generation) and `status.change`.
+//!
+//! - Not marked: `Applied` False `ObserveOnly` (with actuation on; nothing otherwise).
+//! - Marked, actuation off: `Applied` False `ActuationDisabled`; nothing is touched.
+//! - Marked: plan and apply. `NoChange`, `RestartOnly`, `StateRewritten` are True; `Failed`
+//!   (restored) and `DrainRequired` False. A plan that needs pods gone reports
+//!   `EvictionNotAllowed` when the mark says `nodetopo.io/eviction: Never`; with `Evict` it
+//!   asks the Eviction API (policy/v1, so PodDisruptionBudgets hold) for each named pod,
+//!   reports `WaitingForEviction` with each pod's answer, and plans again after
+//!   `--actuation-retry-seconds` until the kubelet state no longer needs them.
+//!
+//! A generation with a final verdict (True, `Failed`, `DrainRequired`, `EvictionNotAllowed`,
+//! `ActuationDisabled`) is not applied again; a new spec (new generation) and a new mark are
+//! needed. The decisions are the pure [`next_step`] and [`outcome_of`]; [`run`] is the shell.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod as K8sPod;
+use kube::api::{EvictParams, ListParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use nodetopo_cli::diff::kubelet;
+use nodetopo_crds::conditions::{self, reason, ConditionSpec};
+use nodetopo_crds::rollout::EvictionMode;
+use nodetopo_crds::{
+    ChangeStatus, ChangeStepStatus, NodeTopology, NodeTopologySpec, APPLY_GENERATION_ANNOTATION,
+    EVICTION_ANNOTATION,
+};
+use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
+use nodetopo_engine::CpuTopology;
+
+use super::core::{Event, PodInfo};
+use crate::actuate::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
+
+/// The actuation flags of `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ActuationArgs {
+    /// Make the kubelet run the spec when the operator's rollout marks this node (writes the
+    /// kubelet drop-in and state file, restarts the kubelet). Off by default.
+    #[arg(long, env = "NODETOPO_ACTUATION")]
+    pub actuation: bool,
+    /// The kubelet's configuration file (`--config`).
+    #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
+    pub kubelet_config: PathBuf,
+    /// The kubelet's drop-in directory (`--config-dir`), where `90-nodetopo.conf` goes.
+    #[arg(long, default_value = kubelet::DEFAULT_CONFIG_DIR)]
+    pub kubelet_config_dir: PathBuf,
+    /// How the kubelet is restarted: `systemd` (systemctl on --kubelet-unit) or `command`.
+    #[arg(long, value_enum, default_value_t = RestartMode::Systemd)]
+    pub kubelet_restart: RestartMode,
+    /// systemd unit of the kubelet.
+    #[arg(long, default_value = "kubelet.service")]
+    pub kubelet_unit: String,
+    /// `--kubelet-restart command`: stop command (whitespace-separated argv).
+    #[arg(long)]
+    pub kubelet_stop_command: Option<String>,
+    /// `--kubelet-restart command`: start command.
+    #[arg(long)]
+    pub kubelet_start_command: Option<String>,
+    /// `--kubelet-restart command`: health command (optional).
+    #[arg(long)]
+    pub kubelet_health_command: Option<String>,
+    /// Seconds between re-plans while waiting for evictions (and between re-reads).
+    #[arg(long, default_value_t = 10)]
+    pub actuation_retry_seconds: u64,
+}
+
+impl ActuationArgs {
+    /// The kubelet service the executor drives; errors name the missing flag.
+    pub fn service(&self) -> anyhow::Result<Box<dyn actuate::KubeletService + Send>> {
+        let argv = |s: &Option<String>, flag: &str| -> anyhow::Result<Vec<String>> {
+            match s {
+                Some(s) if !s.trim().is_empty() => {
+                    Ok(s.split_whitespace().map(String::from).collect())
+                }
+                _ => anyhow::bail!("--kubelet-restart command needs {flag}"),
+            }
+        };
+        Ok(match self.kubelet_restart {
+            RestartMode::Systemd => Box::new(actuate::Systemd {
+                unit: self.kubelet_unit.clone(),
+            }),
+            RestartMode::Command => Box::new(actuate::Commands {
+                stop: argv(&self.kubelet_stop_command, "--kubelet-stop-command")?,
+                start: argv(&self.kubelet_start_command, "--kubelet-start-command")?,
+                health: self
+                    .kubelet_health_command
+                    .as_deref()
+                    .map(|s| s.split_whitespace().map(String::from).collect())
+                    .unwrap_or_default(),
+            }),
+            RestartMode::DryRun => {
+                anyhow::bail!("--kubelet-restart dry-run is for `apply`, not the daemon")
+            }
+        })
+    }
+}
+
+/// A verdict for one generation: the `Applied` condition and `status.change`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The NodeTopology generation judged.
+    pub generation: i64,
+    /// The `Applied` condition.
+    pub condition: ConditionSpec,
+    /// What was planned and done (absent when nothing was planned).
+    pub change: Option<ChangeStatus>,
+}
+
+/// What to do about the NodeTopology as it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing (already judged, or nothing to report).
+    Idle,
+    /// Publish this verdict without touching the node.
+    Report(Box<Outcome>),
+    /// Plan and apply generation `generation`.
+    Apply {
+        /// The generation marked.
+        generation: i64,
+        /// Whether pods may be evicted.
+        eviction: EvictionMode,
+    },
+}
+
+/// Whether a verdict is final for its generation (no retry).
+pub fn is_final(reason_: &str, status: bool) -> bool {
+    status
+        || [
+            reason::FAILED,
+            reason::DRAIN_REQUIRED,
+            reason::EVICTION_NOT_ALLOWED,
+            reason::ACTUATION_DISABLED,
+        ]
+        .contains(&reason_)
+}
+
+/// The last verdict: (generation, reason, status).
+pub type Last = (i64, String, bool);
+
+/// Decides the next step from the NodeTopology's generation and annotations and the last
+/// verdict published.
+pub fn next_step(
+    enabled: bool,
+    generation: Option<i64>,
+    mark: Option<&str>,
+    eviction: Option<&str>,
+    last: Option<&Last>,
+) -> Step {
+    let Some(generation) = generation else {
+        return Step::Idle;
+    };
+    let marked = mark.is_some_and(|m| m.trim() == generation.to_string());
+    let judged = last.filter(|l| l.0 == generation);
+    if judged.is_some_and(|l| is_final(&l.1, l.2)) {
+        return Step::Idle;
+    }
+    if !marked {
+        if !enabled || judged.is_some_and(|l| l.1 == reason::OBSERVE_ONLY) {
+            return Step::Idle;
+        }
+        return Step::Report(Box::new(Outcome {
+            generation,
+            condition: ConditionSpec::new(
+                conditions::APPLIED,
+                false,
+                reason::OBSERVE_ONLY,
+                format!("the operator has not asked this node to apply generation {generation} (rollout mode Observe, or its batch has not started)"),
+            ),
+            change: None,
+        }));
+    }
+    if !enabled {
+        return Step::Report(Box::new(Outcome {
+            generation,
+            condition: ConditionSpec::new(
+                conditions::APPLIED,
+                false,
+                reason::ACTUATION_DISABLED,
+                format!("asked to apply generation {generation}, but this agent runs without --actuation (chart value agent.actuation.enabled); nothing was changed"),
+            ),
+            change: None,
+        }));
+    }
+    let eviction = match eviction.map(str::trim) {
+        Some("Evict") => EvictionMode::Evict,
+        _ => EvictionMode::Never,
+    };
+    Step::Apply {
+        generation,
+        eviction,
+    }
+}
+
+/// The answer of the Eviction API for one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionResult {
+    /// `namespace/name`.
+    pub pod: String,
+    /// `Ok` when the eviction was accepted, else the server's refusal.
+    pub result: Result<(), String>,
+}
+
+/// The pods a plan needs gone (its EvictFirst steps), as `namespace/name`.
+pub fn pods_to_evict(plan: &ChangePlan) -> Vec<String> {
+    let mut out: Vec<String> = plan
+        .steps
+        .iter()
+        .filter(|s| s.class == ChangeClass::EvictFirst)
+        .flat_map(|s| s.pods.iter().cloned())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `status.change` of a plan, with what was done and the backups found.
+pub fn change_status(
+    generation: i64,
+    plan: &ChangePlan,
+    done: Vec<String>,
+    backups: Vec<String>,
+) -> ChangeStatus {
+    ChangeStatus {
+        generation: Some(generation),
+        class: plan.class.to_string(),
+        config_changes: plan.config_changes.clone(),
+        steps: plan
+            .steps
+            .iter()
+            .map(|s| ChangeStepStatus {
+                class: s.class.to_string(),
+                reason: s.reason.clone(),
+                pods: s.pods.clone(),
+            })
+            .collect(),
+        non_conforming: plan
+            .non_conforming
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} container {} (CPUs {}): {}",
+                    n.pod, n.container, n.cpus, n.why
+                )
+            })
+            .collect(),
+        done,
+        backups,
+    }
+}
+
+/// The verdict of an executor report. `evictions` are the Eviction API's answers (only
+/// asked for with `Evict`); `backups` the backup files present after the apply.
+pub fn outcome_of(
+    generation: i64,
+    files: &KubeletFiles,
+    report: &ApplyReport,
+    eviction: EvictionMode,
+    evictions: &[EvictionResult],
+    backups: Vec<String>,
+) -> Outcome {
+    let mut done = Vec::new();
+    match report.recovery {
+        Recovery::Nothing => {}
+        Recovery::RolledBack => {
+            done.push("rolled an interrupted apply back from its backups".to_string())
+        }
+        Recovery::RolledForward => {
+            done.push("finished an interrupted apply (its files were in place)".to_string())
+        }
+    }
+    let dropin = files.dropin().display().to_string();
+    let state = files.state.display().to_string();
+    let (status, why, message) = match report.reason.as_str() {
+        "NoChange" => (true, reason::NO_CHANGE, report.message.clone()),
+        "RestartOnly" => {
+            done.push(format!("backed up and wrote {dropin} (mode 0644)"));
+            done.push("restarted the kubelet".into());
+            done.push("verified: kubelet healthy, effective configuration as desired, state file accepted".into());
+            (true, reason::RESTART_ONLY, report.message.clone())
+        }
+        "StateRewritten" => {
+            done.push("stopped the kubelet".into());
+            done.push(format!(
+                "backed up {state} to {}",
+                backup_of(&files.state).display()
+            ));
+            done.push(format!("rewrote {state} with the kubelet's checksum"));
+            done.push(format!("wrote {dropin} (mode 0644)"));
+            done.push("started the kubelet".into());
+            done.push("verified: kubelet healthy, effective configuration as desired, state file accepted".into());
+            (true, reason::STATE_REWRITTEN, report.message.clone())
+        }
+        "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
+        "WaitingForEviction" => {
+            let pods = pods_to_evict(&report.plan);
+            if eviction == EvictionMode::Never {
+                (
+                    false,
+                    reason::EVICTION_NOT_ALLOWED,
+                    format!(
+                        "the plan needs {} evicted and the policy's rollout.eviction is Never; nothing was changed: {}",
+                        pods.join(", "),
+                        report.message
+                    ),
+                )
+            } else {
+                let mut answers = Vec::new();
+                for e in evictions {
+                    match &e.result {
+                        Ok(()) => {
+                            done.push(format!("eviction of {} requested (Eviction API)", e.pod));
+                            answers.push(format!("{}: eviction accepted", e.pod));
+                        }
+                        Err(why) => {
+                            done.push(format!("eviction of {} refused: {why}", e.pod));
+                            answers.push(format!("{}: eviction refused: {why}", e.pod));
+                        }
+                    }
+                }
+                (
+                    false,
+                    reason::WAITING_FOR_EVICTION,
+                    format!(
+                        "waiting until the kubelet has released the CPUs of {} ({}); {}",
+                        pods.join(", "),
+                        answers.join("; "),
+                        report.message
+                    ),
+                )
+            }
+        }
+        _ => {
+            done.push(format!("attempted and rolled back: {}", report.message));
+            (false, reason::FAILED, report.message.clone())
+        }
+    };
+    Outcome {
+        generation,
+        condition: ConditionSpec::new(conditions::APPLIED, status, why, message),
+        change: Some(change_status(generation, &report.plan, done, backups)),
+    }
+}
+
+/// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
+/// --policy`).
+pub fn desired_from_spec(spec: &NodeTopologySpec) -> anyhow::Result<OwnedConfig> {
+    let text = serde_json::to_string(&serde_json::json!({ "spec": spec }))?;
+    kubelet::desired_from_policy(&text, Path::new("NodeTopology spec"))
+}
+
+/// The backup files present beside the kubelet's files.
+fn backups_present(files: &KubeletFiles) -> Vec<String> {
+    [backup_of(&files.dropin()), backup_of(&files.state)]
+        .into_iter()
+        .filter(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// The last Applied verdict recorded on the object (after an agent restart).
+fn last_of(nt: &NodeTopology) -> Option<Last> {
+    let c = conditions::find(&nt.status.as_ref()?.conditions, conditions::APPLIED)?;
+    Some((
+        c.observed_generation?,
+        c.reason.clone(),
+        c.status == conditions::TRUE,
+    ))
+}
+
+fn annotation<'a>(nt: &'a NodeTopology, key: &str) -> Option<&'a str> {
+    nt.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Asks the Eviction API to evict `namespace/name`.
+async fn evict(client: &Client, pod: &str) -> EvictionResult {
+    let result = match pod.split_once('/') {
+        None => Err(format!(
+            "{pod} is not a pod of the API server's pod list (no namespace/name)"
+        )),
+        Some((ns, name)) => Api::<K8sPod>::namespaced(client.clone(), ns)
+            .evict(name, &EvictParams::default())
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+                other => other.to_string(),
+            }),
+    };
+    EvictionResult {
+        pod: pod.to_string(),
+        result,
+    }
+}
+
+/// One apply of `generation` for `nt`, blocking work on a blocking thread.
+#[allow(clippy::too_many_arguments)]
+async fn apply_once(
+    client: &Client,
+    evict_client: &Client,
+    node: &str,
+    topology: &CpuTopology,
+    files: &KubeletFiles,
+    args: &ActuationArgs,
+    nt: &NodeTopology,
+    generation: i64,
+    eviction: EvictionMode,
+) -> Outcome {
+    let failed = |msg: String| Outcome {
+        generation,
+        condition: ConditionSpec::new(conditions::APPLIED, false, reason::FAILED, msg),
+        change: None,
+    };
+    let desired = match desired_from_spec(&nt.spec) {
+        Ok(d) => d,
+        Err(e) => return failed(format!("the spec cannot be read as kubelet fields: {e:#}")),
+    };
+    let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let pods = match Api::<K8sPod>::all(client.clone()).list(&lp).await {
+        Ok(list) => list.items,
+        // Not final: the next read retries.
+        Err(e) => {
+            return Outcome {
+                generation,
+                condition: ConditionSpec::new(
+                    conditions::APPLIED,
+                    false,
+                    reason::WAITING_FOR_EVICTION,
+                    format!("listing the node's pods failed, nothing changed yet: {e}"),
+                ),
+                change: None,
+            }
+        }
+    };
+    let mut engine_pods = Vec::new();
+    for p in &pods {
+        match PodInfo::from_k8s(p) {
+            Ok(info) if !info.terminal => engine_pods.push(info.pod),
+            Ok(_) => {}
+            Err(e) => return failed(format!("a pod on the node cannot be read: {e}")),
+        }
+    }
+    let svc = match args.service() {
+        Ok(s) => s,
+        Err(e) => return failed(format!("{e:#}")),
+    };
+    let (topology, files_c) = (topology.clone(), files.clone());
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut svc = svc;
+        actuate::apply(
+            &actuate::ApplyInput {
+                topology: &topology,
+                files: &files_c,
+                pods: &engine_pods,
+                desired: &desired,
+                dry_run: false,
+            },
+            svc.as_mut(),
+        )
+    })
+    .await;
+    let report = match joined {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return failed(format!("{e:#}")),
+        Err(e) => return failed(format!("the apply task ended abnormally: {e}")),
+    };
+    let mut evictions = Vec::new();
+    if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict {
+        for pod in pods_to_evict(&report.plan) {
+            evictions.push(evict(evict_client, &pod).await);
+        }
+    }
+    outcome_of(
+        generation,
+        files,
+        &report,
+        eviction,
+        &evictions,
+        backups_present(files),
+    )
+}
+
+/// Follows the node's NodeTopology and acts on marks until the event receiver is gone.
+pub async fn run(
+    client: Client,
+    node: String,
+    topology: CpuTopology,
+    kubelet_state: PathBuf,
+    args: ActuationArgs,
+    tx: tokio::sync::mpsc::Sender<Event>,
+) {
+    let files = KubeletFiles {
+        config: args.kubelet_config.clone(),
+        config_dir: args.kubelet_config_dir.clone(),
+        state: kubelet_state,
+    };
+    // Evictions use a client that does not retry 429 itself: a refusal by a
+    // PodDisruptionBudget is an answer to report, and the re-plan retries later.
+    let evict_client = match kube::Config::infer().await {
+        Ok(mut c) => {
+            c.default_retry = false;
+            Client::try_from(c).unwrap_or_else(|_| client.clone())
+        }
+        Err(_) => client.clone(),
+    };
+    let api: Api<NodeTopology> = Api::all(client.clone());
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut changes = watcher(api.clone(), cfg).boxed();
+    let retry = Duration::from_secs(args.actuation_retry_seconds.max(1));
+    let mut last: Option<Last> = None;
+    let mut last_attempt: Option<std::time::Instant> = None;
+    let mut first = true;
+    loop {
+        match api.get_opt(&node).await {
+            Ok(Some(nt)) => {
+                if first {
+                    last = last_of(&nt);
+                    first = false;
+                }
+                let step = next_step(
+                    args.actuation,
+                    nt.metadata.generation,
+                    annotation(&nt, APPLY_GENERATION_ANNOTATION),
+                    annotation(&nt, EVICTION_ANNOTATION),
+                    last.as_ref(),
+                );
+                // While waiting for evictions, re-plan at most once per retry period (the
+                // agent's own status writes wake this loop too).
+                let too_soon = matches!(step, Step::Apply { .. })
+                    && last.as_ref().is_some_and(|l| {
+                        Some(l.0) == nt.metadata.generation && l.1 == reason::WAITING_FOR_EVICTION
+                    })
+                    && last_attempt.is_some_and(|t| t.elapsed() < retry);
+                let outcome = match step {
+                    _ if too_soon => None,
+                    Step::Idle => None,
+                    Step::Report(o) => Some(*o),
+                    Step::Apply {
+                        generation,
+                        eviction,
+                    } => {
+                        tracing::info!(generation, ?eviction, "applying the spec to the kubelet");
+                        last_attempt = Some(std::time::Instant::now());
+                        Some(
+                            apply_once(
+                                &client,
+                                &evict_client,
+                                &node,
+                                &topology,
+                                &files,
+                                &args,
+                                &nt,
+                                generation,
+                                eviction,
+                            )
+                            .await,
+                        )
+                    }
+                };
+                if let Some(o) = outcome {
+                    tracing::info!(
+                        generation = o.generation,
+                        applied = o.condition.status,
+                        reason = %o.condition.reason,
+                        "{}",
+                        o.condition.message
+                    );
+                    last = Some((o.generation, o.condition.reason.clone(), o.condition.status));
+                    if tx.send(Event::Actuation(Box::new(o))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("actuation: reading NodeTopology {node}: {e}"),
+        }
+        // Wake on any change of the object, or after the retry period.
+        tokio::select! {
+            ev = changes.next() => if ev.is_none() { return; },
+            _ = tokio::time::sleep(retry) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

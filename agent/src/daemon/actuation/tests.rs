@@ -1,0 +1,211 @@
+//! The pure actuation decisions: when to apply, and the verdict of each executor report.
+
+use nodetopo_engine::change::PlanStep;
+
+use super::*;
+
+fn files() -> KubeletFiles {
+    KubeletFiles {
+        config: "/k/config.yaml".into(),
+        config_dir: "/k/conf.d".into(),
+        state: "/k/cpu_manager_state".into(),
+    }
+}
+
+fn report(reason_: &str, applied: bool, class: ChangeClass, pods: &[&str]) -> ApplyReport {
+    ApplyReport {
+        applied,
+        reason: reason_.into(),
+        message: format!("{reason_} message"),
+        recovery: Recovery::Nothing,
+        plan: ChangePlan {
+            class,
+            config_changes: vec!["reservedSystemCPUs: \"0\" -> \"0-1\"".into()],
+            steps: vec![PlanStep {
+                class,
+                reason: "why".into(),
+                pods: pods.iter().map(|p| p.to_string()).collect(),
+            }],
+            non_conforming: vec![],
+            new_state: None,
+            expected_state: None,
+        },
+        actions: vec![],
+    }
+}
+
+#[test]
+fn next_step_follows_the_mark() {
+    let mut n = 0;
+    let mut check = |enabled, gen, mark, evict, last: Option<Last>, want: &str| {
+        let got = match next_step(enabled, gen, mark, evict, last.as_ref()) {
+            Step::Idle => "idle".to_string(),
+            Step::Report(o) => o.condition.reason,
+            Step::Apply { eviction, .. } => format!("apply {eviction:?}"),
+        };
+        assert_eq!(got, want, "{enabled} {gen:?} {mark:?} {evict:?} {last:?}");
+        n += 1;
+    };
+    check(true, None, Some("1"), None, None, "idle");
+    // Not marked: ObserveOnly once with actuation on, nothing with it off.
+    check(true, Some(2), None, None, None, "ObserveOnly");
+    check(false, Some(2), None, None, None, "idle");
+    check(
+        true,
+        Some(2),
+        None,
+        None,
+        Some((2, "ObserveOnly".into(), false)),
+        "idle",
+    );
+    // A mark for an older generation is not a mark.
+    check(true, Some(2), Some("1"), None, None, "ObserveOnly");
+    check(true, Some(2), Some("2"), None, None, "apply Never");
+    check(
+        true,
+        Some(2),
+        Some(" 2 "),
+        Some("Evict"),
+        None,
+        "apply Evict",
+    );
+    check(
+        true,
+        Some(2),
+        Some("2"),
+        Some("Evict"),
+        Some((2, "ObserveOnly".into(), false)),
+        "apply Evict",
+    );
+    check(false, Some(2), Some("2"), None, None, "ActuationDisabled");
+    // Final verdicts for this generation stop; a waiting one retries; older ones do not count.
+    for (r, ok) in [
+        ("StateRewritten", true),
+        ("Failed", false),
+        ("DrainRequired", false),
+        ("EvictionNotAllowed", false),
+        ("ActuationDisabled", false),
+    ] {
+        check(
+            true,
+            Some(2),
+            Some("2"),
+            None,
+            Some((2, r.into(), ok)),
+            "idle",
+        );
+    }
+    check(
+        true,
+        Some(2),
+        Some("2"),
+        Some("Evict"),
+        Some((2, "WaitingForEviction".into(), false)),
+        "apply Evict",
+    );
+    check(
+        true,
+        Some(3),
+        Some("3"),
+        None,
+        Some((2, "Failed".into(), false)),
+        "apply Never",
+    );
+    println!("actuation next_step: {n} cases");
+}
+
+#[test]
+fn verdicts_of_reports() {
+    let f = files();
+    let o = outcome_of(
+        4,
+        &f,
+        &report("StateRewritten", true, ChangeClass::RewriteState, &[]),
+        EvictionMode::Never,
+        &[],
+        vec!["/k/cpu_manager_state.nodetopo-backup".into()],
+    );
+    assert!(o.condition.status);
+    assert_eq!(o.condition.reason, "StateRewritten");
+    let ch = o.change.unwrap();
+    assert_eq!(ch.class, "RewriteState");
+    assert_eq!(ch.generation, Some(4));
+    assert!(ch
+        .done
+        .iter()
+        .any(|d| d.contains("rewrote /k/cpu_manager_state")));
+    assert_eq!(ch.backups.len(), 1);
+
+    let o = outcome_of(
+        4,
+        &f,
+        &report("Failed", false, ChangeClass::RestartOnly, &[]),
+        EvictionMode::Never,
+        &[],
+        vec![],
+    );
+    assert_eq!(
+        (o.condition.status, o.condition.reason.as_str()),
+        (false, "Failed")
+    );
+    assert!(o.change.unwrap().done[0].contains("rolled back"));
+
+    let evict = report(
+        "WaitingForEviction",
+        false,
+        ChangeClass::EvictFirst,
+        &["ns/b", "ns/a"],
+    );
+    let o = outcome_of(4, &f, &evict, EvictionMode::Never, &[], vec![]);
+    assert_eq!(o.condition.reason, "EvictionNotAllowed");
+    assert!(
+        o.condition.message.contains("ns/a, ns/b"),
+        "{}",
+        o.condition.message
+    );
+    assert!(o.change.unwrap().done.is_empty(), "nothing done with Never");
+
+    let answers = [
+        EvictionResult {
+            pod: "ns/a".into(),
+            result: Ok(()),
+        },
+        EvictionResult {
+            pod: "ns/b".into(),
+            result: Err(
+                "Cannot evict pod as it would violate the pod's disruption budget. (429)".into(),
+            ),
+        },
+    ];
+    let o = outcome_of(4, &f, &evict, EvictionMode::Evict, &answers, vec![]);
+    assert_eq!(o.condition.reason, "WaitingForEviction");
+    assert!(o.condition.message.contains("ns/b: eviction refused"));
+    assert_eq!(o.change.unwrap().done.len(), 2);
+
+    let o = outcome_of(
+        4,
+        &f,
+        &report("DrainRequired", false, ChangeClass::Drain, &["ns/a"]),
+        EvictionMode::Evict,
+        &[],
+        vec![],
+    );
+    assert_eq!(o.condition.reason, "DrainRequired");
+    assert_eq!(pods_to_evict(&evict.plan), ["ns/a", "ns/b"]);
+}
+
+#[test]
+fn desired_fields_from_a_spec() {
+    let spec: NodeTopologySpec = serde_json::from_value(serde_json::json!({
+        "cpuManager": {"policy": "static", "reservedSystemCPUs": "0,32",
+                       "options": {"full-pcpus-only": "true"}},
+        "topologyManager": {"policy": "single-numa-node", "scope": "pod"}
+    }))
+    .unwrap();
+    let d = desired_from_spec(&spec).unwrap();
+    assert_eq!(d.cpu_manager_policy, "static");
+    assert_eq!(d.reserved_system_cpus.to_string(), "0,32");
+    assert_eq!(d.topology_manager_policy, "single-numa-node");
+    assert_eq!(d.topology_manager_scope, "pod");
+    assert_eq!(d.cpu_manager_policy_options["full-pcpus-only"], "true");
+}
