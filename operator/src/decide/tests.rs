@@ -431,9 +431,8 @@ fn rollout_marks_batches_and_counts_through_decide() {
     use nodetopo_crds::APPLY_GENERATION_ANNOTATION;
     let mut p = policy("p", 0, &[], "0");
     let nodes: Vec<Node> = ["n3", "n1", "n2"].iter().map(|n| node(n, &[])).collect();
-    let first = decide(std::slice::from_ref(&p), &nodes, NO_NT, &t(0));
+    let first = desired(std::slice::from_ref(&p), &nodes);
     let mut nts: Vec<NodeTopology> = first
-        .nodes
         .iter()
         .map(|d| ntopo(d, 1, Some(1), None))
         .collect();
