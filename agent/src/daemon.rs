@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use nodetopo_engine::CpuTopology;
+use nodetopo_runtime::log::LogFormat;
 
 pub mod actuation;
 pub mod checkpoint;
@@ -57,6 +58,9 @@ pub struct Args {
     /// is about this plus one processing cycle).
     #[arg(long, default_value_t = 50)]
     pub poll_ms: u64,
+    /// Log format. The level comes from RUST_LOG (default "info").
+    #[arg(long, env = "NODETOPO_LOG_FORMAT", value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
     /// Address of the admin server (/metrics, /healthz, /readyz); empty to disable.
     #[arg(long, default_value = "")]
     pub admin_addr: String,
@@ -92,14 +96,7 @@ pub fn topology(args: &Args) -> anyhow::Result<CpuTopology> {
 
 /// Runs `run`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Logs go to stderr; a second subscriber (tests) is not an error.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    nodetopo_runtime::log::init(args.log_format);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

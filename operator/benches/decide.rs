@@ -13,7 +13,7 @@ use nodetopo_crds::{
     CpuManagerConfig, CpuManagerPolicy, NodeResourcePolicy, NodeResourcePolicySpec, NodeTopology,
     TopologyManagerConfig, TopologyManagerPolicy,
 };
-use nodetopo_operator::decide::{decide, Decision};
+use nodetopo_operator::decide::{compile, decide, desire_node};
 
 fn policies(n: usize) -> Vec<NodeResourcePolicy> {
     (0..n)
@@ -81,10 +81,10 @@ fn bench(c: &mut Criterion) {
     let ns = nodes(5_000);
     let now = Time(Timestamp::from_second(1_700_000_000).expect("valid time"));
     // Existing NodeTopologies as the first pass rendered them (the steady state).
-    let first: Decision = decide(&ps, &ns, &[] as &[NodeTopology], &now);
-    let existing: Vec<NodeTopology> = first
-        .nodes
+    let compiled = compile(&ps);
+    let existing: Vec<NodeTopology> = ns
         .iter()
+        .map(|n| desire_node(&compiled, n))
         .map(|d| {
             let mut nt = NodeTopology::new(&d.node, d.spec.clone());
             nt.metadata.generation = Some(1);

@@ -2,66 +2,16 @@
 //! serves), `/readyz` (200 once this replica is useful: standing by for the lease, or leading
 //! with all watches synced; 503 before that and again after SIGTERM).
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use axum::Router;
+use nodetopo_runtime::admin::Readiness;
 
 use crate::metrics::Metrics;
 
-/// Shared state of the admin server.
-#[derive(Clone, Debug)]
-pub struct AdminState {
-    /// The metrics to expose.
-    pub metrics: Arc<Metrics>,
-    /// Readiness flag.
-    pub ready: Arc<AtomicBool>,
-}
-
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
-    match s.metrics.encode() {
-        Ok(text) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        ),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            format!("encoding metrics failed: {e}"),
-        ),
-    }
-}
-
-async fn readyz(State(s): State<AdminState>) -> (StatusCode, &'static str) {
-    if s.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
-}
-
-/// The router (separate from [`serve`] for tests).
-pub fn router(state: AdminState) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .with_state(state)
-}
-
-/// Serves the admin endpoints until the process ends.
-pub async fn serve(addr: SocketAddr, state: AdminState) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, router(state)).await
+/// The operator's admin router: [`nodetopo_runtime::admin::router`] over its [`Metrics`].
+pub fn router(metrics: Arc<Metrics>, ready: Readiness) -> Router {
+    nodetopo_runtime::admin::router(ready, move || metrics.encode().map_err(|e| e.to_string()))
 }
 
 #[cfg(test)]
@@ -69,7 +19,7 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    async fn get(addr: SocketAddr, path: &str) -> String {
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(
             format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -83,17 +33,14 @@ mod tests {
 
     #[tokio::test]
     async fn endpoints() {
-        let state = AdminState {
-            metrics: Arc::new(Metrics::new()),
-            ready: Arc::new(AtomicBool::new(false)),
-        };
+        let ready = Readiness::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let ready = state.ready.clone();
-        tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        let app = router(Arc::new(Metrics::new()), ready.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
-        ready.store(true, Ordering::SeqCst);
+        ready.set(true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         let m = get(addr, "/metrics").await;
         assert!(m.starts_with("HTTP/1.1 200"), "{m}");

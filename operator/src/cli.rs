@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// nodetopo-operator: turns NodeResourcePolicy objects into per-node NodeTopology specs.
 #[derive(Debug, Parser)]
@@ -25,14 +25,7 @@ pub enum Command {
     Crds,
 }
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Plain,
-    /// One JSON object per line.
-    Json,
-}
+pub use nodetopo_runtime::log::LogFormat;
 
 /// Options of `run`.
 #[derive(Debug, clap::Args)]

@@ -1,8 +1,9 @@
 //! The kube layer: watches, the two reconcilers, error backoff.
 //!
-//! - Node controller: one reconcile per Node. Triggers: the Node itself (labels), its owned
-//!   NodeTopology, and any policy change (mapped to every node). Applies the node's desired
-//!   NodeTopology spec when it differs (no-ops are skipped).
+//! - Node controller: one reconcile per Node. Triggers: the Node itself (labels), a spec change
+//!   or deletion of its owned NodeTopology, and a spec change or deletion of any policy
+//!   (mapped to every node); status-only writes do not trigger it ([`crate::triggers`]).
+//!   Applies the node's desired NodeTopology spec when it differs (no-ops are skipped).
 //! - Policy controller: one reconcile per NodeResourcePolicy. Triggers: the policy, and any
 //!   Node or NodeTopology change (mapped to every policy, since a node can move between
 //!   policies). Applies the policy status when it differs and publishes events on flips.
@@ -11,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,12 +24,14 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
+use nodetopo_runtime::admin::Readiness;
 use tracing::{info, instrument, warn};
 
 use crate::apply;
 use crate::decide::{self, compile, desire_node, needs_apply};
 use crate::error::Error;
-use crate::metrics::{ErrorLabels, Metrics, PolicyLabels};
+use crate::metrics::{ErrorLabels, Metrics};
+use crate::triggers::spec_changes;
 
 /// Everything a reconcile needs.
 pub struct Context {
@@ -103,6 +105,8 @@ pub const INVALID_RETRY: Duration = Duration::from_secs(300);
 #[instrument(skip_all, fields(node = %node.name_any()))]
 pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.start("node");
+    // Deciding on a partly listed set of policies would write a wrong spec first.
+    stores_ready(&ctx).await?;
     let policies = ctx.policies.state();
     let compiled = compile(&policies);
     let desired = desire_node(&compiled, &node);
@@ -156,21 +160,18 @@ pub async fn reconcile_policy(
         crate::rollout_controller::write_mark(&ctx.ntopo_api, mark).await?;
         info!(node = %mark.node, generation = mark.generation, "marked NodeTopology for apply");
     }
-    for (state, n) in [
-        ("matched", status.matched_nodes),
-        ("governed", status.governed_nodes),
-        ("applied", status.applied_nodes),
-        ("invalid", status.invalid_nodes),
-        ("overridden", status.overridden_nodes),
-    ] {
-        ctx.metrics
-            .nodes_per_policy
-            .get_or_create(&PolicyLabels {
-                policy: name.clone(),
-                state,
-            })
-            .set(i64::from(n));
-    }
+    ctx.metrics.set_policy_nodes(
+        &name,
+        [
+            status.matched_nodes,
+            status.governed_nodes,
+            status.applied_nodes,
+            status.invalid_nodes,
+            status.overridden_nodes,
+        ],
+    );
+    ctx.metrics
+        .retain_policies(|p| p == name || policies.iter().any(|q| q.name_any() == p));
     if decide::status_changed(policy.status.as_ref(), status) {
         apply::apply_policy_status(&ctx.policy_api, &name, status).await?;
         ctx.metrics
@@ -207,6 +208,19 @@ pub async fn reconcile_policy(
     Ok(Action::await_change())
 }
 
+/// Waits until the policy and NodeTopology stores hold their first full list.
+async fn stores_ready(ctx: &Context) -> Result<(), Error> {
+    let stopped = |store: &'static str| Error::StoreClosed { store };
+    ctx.policies
+        .wait_until_ready()
+        .await
+        .map_err(|_| stopped("policy"))?;
+    ctx.ntopos
+        .wait_until_ready()
+        .await
+        .map_err(|_| stopped("NodeTopology"))
+}
+
 fn error_policy<K: Resource>(
     controller: &'static str,
 ) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
@@ -228,13 +242,39 @@ fn error_policy<K: Resource>(
     }
 }
 
+/// Every object of a store, as reconcile requests (a change that concerns them all).
+fn every<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// Marks the replica ready once the policy, node and NodeTopology stores are listed.
+fn ready_when_synced(ctx: &Context, ready: Readiness) {
+    let (p, n, t) = (ctx.policies.clone(), ctx.nodes.clone(), ctx.ntopos.clone());
+    tokio::spawn(async move {
+        let synced = p.wait_until_ready().await.is_ok()
+            && n.wait_until_ready().await.is_ok()
+            && t.wait_until_ready().await.is_ok();
+        if synced {
+            info!("watches synced");
+            ready.set(true);
+        }
+    });
+}
+
 /// Runs both controllers until the futures made by `shutdown` resolve (each controller
 /// drains its in-flight reconciles first); sets `ready` once every store synced.
 pub async fn run<S, F>(
     client: Client,
     metrics: Arc<Metrics>,
     recorder: Recorder,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
     shutdown: S,
 ) where
     S: Fn() -> F,
@@ -245,18 +285,25 @@ pub async fn run<S, F>(
     let ntopo_api: Api<NodeTopology> = Api::all(client.clone());
     let wc = watcher::Config::default();
 
+    // The policy and NodeTopology stores are fed by the node controller's own trigger
+    // streams: an object reaches its store before the reconcile it triggers runs, so the
+    // reconcile never compares with a copy older than its trigger.
     let (policies, policy_writer) = reflector::store();
-    let policy_feed = reflector::reflector(policy_writer, watcher(policy_api.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| futures::future::ready(()));
+    let forget = metrics.clone();
+    let policy_changes = spec_changes(
+        reflector::reflector(policy_writer, watcher(policy_api.clone(), wc.clone()))
+            .default_backoff()
+            .inspect(move |ev| {
+                if let Ok(watcher::Event::Delete(p)) = ev {
+                    forget.forget_policy(&p.name_any());
+                }
+            }),
+    );
     let (ntopos, ntopo_writer) = reflector::store();
-    let ntopo_feed = reflector::reflector(ntopo_writer, watcher(ntopo_api.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| futures::future::ready(()));
-    tokio::spawn(policy_feed);
-    tokio::spawn(ntopo_feed);
+    let ntopo_changes = spec_changes(
+        reflector::reflector(ntopo_writer, watcher(ntopo_api.clone(), wc.clone()))
+            .default_backoff(),
+    );
 
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
     let node_ctrl = Controller::new(node_api.clone(), wc.clone()).with_config(config.clone());
@@ -274,51 +321,22 @@ pub async fn run<S, F>(
         failures: Mutex::new(HashMap::new()),
     });
 
-    {
-        let (p, n, t) = (policies.clone(), nodes.clone(), ntopos.clone());
-        tokio::spawn(async move {
-            let synced = p.wait_until_ready().await.is_ok()
-                && n.wait_until_ready().await.is_ok()
-                && t.wait_until_ready().await.is_ok();
-            if synced {
-                info!("watches synced");
-                ready.store(true, Ordering::SeqCst);
-            }
-        });
-    }
+    ready_when_synced(&ctx, ready);
 
-    let all_nodes = {
-        let nodes = nodes.clone();
-        move |_: NodeResourcePolicy| {
-            nodes
-                .state()
-                .iter()
-                .map(|n| ObjectRef::from_obj(n.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
+    let all_nodes = move |_: NodeResourcePolicy| every(&nodes);
     let node_run = node_ctrl
-        .owns(ntopo_api.clone(), wc.clone())
-        .watches(policy_api.clone(), wc.clone(), all_nodes)
+        .owns_stream(ntopo_changes)
+        .watches_stream(policy_changes, all_nodes)
         .graceful_shutdown_on(shutdown())
         .run(reconcile_node, error_policy::<Node>("node"), ctx.clone())
         .for_each(|_| futures::future::ready(()));
 
     let policy_ctrl = Controller::new(policy_api, wc.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_secs(1)));
-    let all_policies = |store: Store<NodeResourcePolicy>| {
-        move || {
-            store
-                .state()
-                .iter()
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
-    let (on_node, on_ntopo) = (all_policies(policies.clone()), all_policies(policies));
+    let on_ntopo = policies.clone();
     let policy_run = policy_ctrl
-        .watches(node_api, wc.clone(), move |_: Node| on_node())
-        .watches(ntopo_api, wc, move |_: NodeTopology| on_ntopo())
+        .watches(node_api, wc.clone(), move |_: Node| every(&policies))
+        .watches(ntopo_api, wc, move |_: NodeTopology| every(&on_ntopo))
         .graceful_shutdown_on(shutdown())
         .run(
             reconcile_policy,

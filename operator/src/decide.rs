@@ -207,11 +207,10 @@ pub fn node_state(existing: Option<&NodeTopology>, desired: &NodeTopologySpec) -
     NodeState::Applied
 }
 
-/// Everything the operator should write.
+/// The policy statuses and rollout marks the operator should write (each node's
+/// NodeTopology spec is [`desire_node`]'s, decided per node by the node controller).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// Desired NodeTopology per node, sorted by node name.
-    pub nodes: Vec<DesiredNode>,
     /// Desired status per policy name.
     pub statuses: BTreeMap<String, NodeResourcePolicyStatus>,
     /// Rollout marks to write (policies in `Apply` mode; [`rollout::decide_rollouts`]).
@@ -255,7 +254,7 @@ fn named(list: &[String]) -> String {
     s
 }
 
-/// Decides every node and every policy status. `existing` are the current NodeTopologies (any
+/// Decides every policy status from every node's state. `existing` are the current NodeTopologies (any
 /// order); `now` stamps conditions that flip.
 pub fn decide<P, N, T>(policies: &[P], nodes: &[N], existing: &[T], now: &Time) -> Decision
 where
@@ -273,6 +272,7 @@ where
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
     let mut tallies: Vec<Tally> = compiled.iter().map(|_| Tally::default()).collect();
+    // Every node's desired spec, for the rollout (which nodes still run an older one).
     let mut desired = Vec::with_capacity(sorted.len());
     let empty = BTreeMap::new();
     for node in sorted {
@@ -328,11 +328,7 @@ where
         .map(|(p, t)| (p.name.to_string(), roll_up(p, t, now)))
         .collect();
     let marks = rollout::decide_rollouts(&compiled, &desired, &by_name, &mut statuses, now);
-    Decision {
-        nodes: desired,
-        statuses,
-        marks,
-    }
+    Decision { statuses, marks }
 }
 
 /// The policy's `Conflict` condition: some matched nodes are governed by another policy.

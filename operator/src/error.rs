@@ -22,6 +22,12 @@ pub enum Error {
         /// The missing field.
         field: &'static str,
     },
+    /// A watch store stopped before its first full list (only while shutting down).
+    #[error("the {store} store closed before it was filled")]
+    StoreClosed {
+        /// Which store.
+        store: &'static str,
+    },
 }
 
 impl Error {
@@ -37,6 +43,7 @@ impl Error {
                 _ => "transport",
             },
             Error::Missing { .. } => "invalid_object",
+            Error::StoreClosed { .. } => "shutdown",
         }
     }
 

@@ -15,3 +15,4 @@ pub mod leader;
 pub mod metrics;
 pub mod rollout_controller;
 pub mod selector;
+pub mod triggers;

@@ -2,6 +2,8 @@
 //! small fixed sets (controller kind, error category, node state); the per-policy gauge is
 //! labelled by policy name, which administrators create in small numbers.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -32,9 +34,14 @@ pub struct ErrorLabels {
 pub struct PolicyLabels {
     /// Policy name.
     pub policy: String,
-    /// `matched`, `governed`, `applied`, `invalid`, `overridden`.
+    /// One of [`POLICY_NODE_STATES`].
     pub state: &'static str,
 }
+
+/// The `state` label values of the per-policy gauge, in the order
+/// [`Metrics::set_policy_nodes`] takes them.
+pub const POLICY_NODE_STATES: [&str; 5] =
+    ["matched", "governed", "applied", "invalid", "overridden"];
 
 /// All operator metrics and their registry.
 #[derive(Debug)]
@@ -47,8 +54,11 @@ pub struct Metrics {
     pub duration: Family<ControllerLabels, Histogram>,
     /// Server-side applies actually sent (no-ops are skipped and not counted).
     pub writes: Family<ControllerLabels, Counter>,
-    /// Nodes per policy and state.
+    /// Nodes per policy and state: set through [`Metrics::set_policy_nodes`] so that the
+    /// series of a deleted policy can be removed ([`Metrics::forget_policy`]).
     pub nodes_per_policy: Family<PolicyLabels, Gauge>,
+    /// The policy names that have series in `nodes_per_policy`.
+    labelled_policies: Mutex<BTreeSet<String>>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
     registry: Registry,
@@ -100,6 +110,7 @@ impl Metrics {
             duration,
             writes,
             nodes_per_policy,
+            labelled_policies: Mutex::new(BTreeSet::new()),
             leader,
             registry,
         }
@@ -114,6 +125,48 @@ impl Metrics {
             metrics: self,
             controller,
             start: Instant::now(),
+        }
+    }
+
+    /// Sets the per-policy node gauges of `policy`, one value per [`POLICY_NODE_STATES`].
+    pub fn set_policy_nodes(&self, policy: &str, counts: [i32; 5]) {
+        if let Ok(mut names) = self.labelled_policies.lock() {
+            if !names.contains(policy) {
+                names.insert(policy.to_string());
+            }
+        }
+        for (state, n) in POLICY_NODE_STATES.into_iter().zip(counts) {
+            self.nodes_per_policy
+                .get_or_create(&PolicyLabels {
+                    policy: policy.to_string(),
+                    state,
+                })
+                .set(i64::from(n));
+        }
+    }
+
+    /// Removes every series of a deleted policy, so that it stops being exported.
+    pub fn forget_policy(&self, policy: &str) {
+        if let Ok(mut names) = self.labelled_policies.lock() {
+            names.remove(policy);
+        }
+        for state in POLICY_NODE_STATES {
+            self.nodes_per_policy.remove(&PolicyLabels {
+                policy: policy.to_string(),
+                state,
+            });
+        }
+    }
+
+    /// Removes the series of every policy for which `exists` says false (policies deleted
+    /// while their delete event was missed or raced a reconcile).
+    pub fn retain_policies(&self, exists: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = match self.labelled_policies.lock() {
+            Ok(names) => names.iter().filter(|n| !exists(n)).cloned().collect(),
+            Err(_) => return,
+        };
+        for name in gone {
+            self.forget_policy(&name);
         }
     }
 
@@ -167,5 +220,44 @@ mod tests {
         ));
         assert!(text
             .contains("nodetopo_operator_reconcile_duration_seconds_count{controller=\"node\"} 1"));
+    }
+
+    fn policy_series(m: &Metrics, policy: &str) -> usize {
+        let text = m.encode().unwrap();
+        let needle = format!("policy=\"{policy}\"");
+        text.lines()
+            .filter(|l| l.starts_with("nodetopo_operator_policy_nodes") && l.contains(&needle))
+            .count()
+    }
+
+    #[test]
+    fn deleted_policies_lose_their_series() {
+        let m = Metrics::new();
+        m.set_policy_nodes("a", [3, 2, 1, 0, 1]);
+        m.set_policy_nodes("b", [1, 1, 1, 0, 0]);
+        m.set_policy_nodes("c", [0, 0, 0, 0, 0]);
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains("nodetopo_operator_policy_nodes{policy=\"a\",state=\"governed\"} 2"),
+            "{text}"
+        );
+        let before = [
+            policy_series(&m, "a"),
+            policy_series(&m, "b"),
+            policy_series(&m, "c"),
+        ];
+        assert_eq!(before, [5, 5, 5]);
+        m.forget_policy("a");
+        m.retain_policies(|n| n != "c");
+        let after = [
+            policy_series(&m, "a"),
+            policy_series(&m, "b"),
+            policy_series(&m, "c"),
+        ];
+        println!("policy series before {before:?}, after deleting a and c {after:?}");
+        assert_eq!(after, [0, 5, 0]);
+        // A policy of the same name created again is exported again.
+        m.set_policy_nodes("a", [1, 1, 0, 0, 0]);
+        assert_eq!(policy_series(&m, "a"), 5);
     }
 }

@@ -31,11 +31,30 @@ use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport}
 use nodetopo_engine::{CpuSet, CpuTopology, Pod, QosClass};
 
 use super::checkpoint::{self, CheckpointData};
-use super::config::node_config;
+use super::config::{node_config, SpecError};
 use super::kubelet_actual::{self, KubeletActual};
 use super::kubelet_state::KubeletCpuState;
 use super::podresources::KubeletView;
-use super::validate;
+use super::validate::{self, KubeletError};
+
+/// Why a pod cannot be tracked (listed among the pod problems).
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// The pod's resources or identity cannot be read.
+    #[error("{0}")]
+    Pod(#[from] nodetopo_cli::pods::PodError),
+    /// Its creation time is not a time.
+    #[error("pod {pod}: metadata.creationTimestamp {value:?} is not an RFC 3339 time: {source}")]
+    CreationTimestamp {
+        /// The pod (namespace/name).
+        pod: String,
+        /// The text found.
+        value: String,
+        /// The parse error.
+        #[source]
+        source: k8s_openapi::jiff::Error,
+    },
+}
 
 /// A pod as the core tracks it.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,21 +71,21 @@ impl PodInfo {
     /// Converts one Pod from the API server; errors name the pod. The fields placement
     /// reads are copied into the YAML shape first, so both shells share one conversion
     /// ([`PodInfo::from_manifest`]).
-    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, String> {
+    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, PodError> {
         Self::from_manifest(&manifest_of(p))
     }
 
     /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
-    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, String> {
-        let pod = nodetopo_cli::pods::engine_pod(p).map_err(|e| e.to_string())?;
+    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, PodError> {
+        let pod = nodetopo_cli::pods::engine_pod(p)?;
         let created = match &p.metadata.creation_timestamp {
             None => None,
-            Some(t) => Some(Time(t.0.parse().map_err(|e| {
-                format!(
-                    "pod {}: metadata.creationTimestamp {:?} is not an RFC 3339 time: {e}",
-                    pod.key(),
-                    t.0
-                )
+            Some(t) => Some(Time(t.0.parse().map_err(|source| {
+                PodError::CreationTimestamp {
+                    pod: pod.key(),
+                    value: t.0.clone(),
+                    source,
+                }
             })?)),
         };
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -137,8 +156,8 @@ pub enum Event {
     Spec(Option<(NodeTopologySpec, Option<i64>)>),
     /// The spec could not be read (local mode: the spec file is malformed).
     SpecUnreadable(String),
-    /// The kubelet checkpoint: absent, parsed, or an error message.
-    Kubelet(Result<Option<KubeletCpuState>, String>),
+    /// The kubelet checkpoint: absent, parsed, or why it cannot be used.
+    Kubelet(Result<Option<KubeletCpuState>, KubeletError>),
     /// The kubelet's PodResources answer: not configured or no socket (`Ok(None)`), read,
     /// or why it failed.
     PodResources(Result<Option<KubeletView>, String>),
@@ -169,7 +188,7 @@ pub struct Core {
     spec: Option<NodeTopologySpec>,
     generation: Option<i64>,
     admitter: Option<NodeAdmitter>,
-    config_problem: Option<String>,
+    config_problem: Option<SpecError>,
     spec_problem: Option<String>,
     pods: BTreeMap<String, PodInfo>,
     synced: bool,
@@ -181,7 +200,7 @@ pub struct Core {
     /// The restored checkpoint was found inconsistent here: the shell must move it aside
     /// before the next save (see [`Core::take_quarantine_request`]).
     quarantine_requested: bool,
-    kubelet: Result<Option<KubeletCpuState>, String>,
+    kubelet: Result<Option<KubeletCpuState>, KubeletError>,
     podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,
     /// The last actuation verdict (published as `Applied` and `status.change`).
@@ -285,7 +304,7 @@ impl Core {
                         &self.topology,
                     )
                     .map(|()| Some(state))
-                    .map_err(|v| v.to_string()),
+                    .map_err(KubeletError::Rechecked),
                     other => other,
                 }
             }
@@ -299,9 +318,8 @@ impl Core {
     /// their CPUs, as on a kubelet restarted with a new policy after a drain); a spec that
     /// cannot apply here leaves the previous admitter in place and says why.
     fn set_spec(&mut self, spec: NodeTopologySpec, generation: Option<i64>) {
-        let built = node_config(&spec).and_then(|cfg| {
-            NodeAdmitter::new(self.topology.clone(), &cfg).map_err(|e| e.to_string())
-        });
+        let built =
+            node_config(&spec).and_then(|cfg| Ok(NodeAdmitter::new(self.topology.clone(), &cfg)?));
         self.spec = Some(spec);
         self.generation = generation;
         let admitter = match built {
@@ -332,9 +350,8 @@ impl Core {
         if let Some(state) = carried {
             if let Err(e) = admitter.restore(state) {
                 let had_old = self.admitter.is_some();
-                self.config_problem = Some(format!(
-                    "the running pods' CPU assignments do not fit the new configuration: {e}"
-                ));
+                let why = e.to_string();
+                self.config_problem = Some(SpecError::RunningPodsDoNotFit(e));
                 if had_old {
                     return;
                 }
@@ -345,7 +362,7 @@ impl Core {
                         .checkpoint_reason()
                         .to_string(),
                     format!(
-                        "{}: invariant \"{}\" violated: {e}",
+                        "{}: invariant \"{}\" violated: {why}",
                         checkpoint::FILE_NAME,
                         validate::Invariant::ReservedInShared.name()
                     ),
@@ -511,7 +528,7 @@ impl Core {
                 self.pods.get(uid).map(|p| p.pod.key())
             }))),
             Ok(None) => Ok(None),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e.to_string()),
         };
         kubelet_actual::choose(podresources, checkpoint)
     }
@@ -594,18 +611,17 @@ impl Core {
     }
 
     /// Why the spec does not apply on this node, if it does not.
-    fn invalid_message(&self) -> Option<&String> {
-        self.spec_problem.as_ref().or(self.config_problem.as_ref())
+    fn invalid_message(&self) -> Option<String> {
+        match (&self.spec_problem, &self.config_problem) {
+            (Some(unreadable), _) => Some(unreadable.clone()),
+            (None, Some(e)) => Some(e.to_string()),
+            (None, None) => None,
+        }
     }
 
     fn invalid_condition(&self) -> ConditionSpec {
         match self.invalid_message() {
-            Some(msg) => ConditionSpec::new(
-                conditions::INVALID,
-                true,
-                reason::INVALID_CONFIG,
-                msg.clone(),
-            ),
+            Some(msg) => ConditionSpec::new(conditions::INVALID, true, reason::INVALID_CONFIG, msg),
             None => ConditionSpec::new(
                 conditions::INVALID,
                 false,

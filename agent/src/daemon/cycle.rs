@@ -19,6 +19,7 @@ pub struct Cycle {
     cp_path: PathBuf,
     last_cp: Option<CheckpointData>,
     last_status: Option<NodeTopologyStatus>,
+    runs: u64,
 }
 
 impl Cycle {
@@ -28,7 +29,15 @@ impl Cycle {
             cp_path,
             last_cp: None,
             last_status: None,
+            runs: 0,
         }
+    }
+
+    /// The tracing span of the next cycle (`cycle` with its number, from 1), for the shells
+    /// to enter around everything one cycle does.
+    pub fn span(&mut self) -> tracing::Span {
+        self.runs += 1;
+        tracing::info_span!("cycle", n = self.runs)
     }
 
     /// Reconciles `core`, saves a changed checkpoint, and returns the status to publish when

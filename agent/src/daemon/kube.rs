@@ -22,6 +22,7 @@ use super::metrics::{self, Metrics};
 use super::restore::load_checkpoint;
 use super::validate;
 use super::Args;
+use nodetopo_runtime::shutdown::Shutdown;
 
 /// The watcher configuration of the node's pods.
 pub fn pod_watch_config(node: &str) -> watcher::Config {
@@ -47,7 +48,7 @@ impl PodEvents {
             watcher::Event::InitApply(p) => {
                 match PodInfo::from_k8s(&p) {
                     Ok(info) => self.buffer.get_or_insert_with(Vec::new).push(info),
-                    Err(e) => self.problems.push(e),
+                    Err(e) => self.problems.push(e.to_string()),
                 }
                 Vec::new()
             }
@@ -58,7 +59,7 @@ impl PodEvents {
             watcher::Event::Apply(p) => match PodInfo::from_k8s(&p) {
                 Ok(info) => vec![Event::PodUpsert(Box::new(info))],
                 Err(e) => {
-                    self.problems.push(e);
+                    self.problems.push(e.to_string());
                     vec![Event::PodProblems(self.problems.clone())]
                 }
             },
@@ -172,6 +173,51 @@ async fn status_writer(
 /// How long one PodResources call may take: a stuck kubelet cannot stall admission long.
 const PODRESOURCES_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Waits until the operator created this node's NodeTopology (until then there is nothing
+/// to report on), retrying with a backoff up to 30 s.
+async fn wait_for_node_topology(api: &Api<NodeTopology>, node: &str) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match api.get_opt(node).await {
+            Ok(Some(_)) => return,
+            Ok(None) => tracing::info!(
+                "waiting for NodeTopology {node}: the operator has not created it yet"
+            ),
+            Err(e) => tracing::warn!("reading NodeTopology {node}: {e}"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Publishes a Warning event on the agent's own Pod for a checkpoint that could not be
+/// restored. Events name the agent's own Pod, so they live in the agent's namespace (the
+/// chart grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the
+/// warning is only logged.
+async fn report_checkpoint_problem(client: &Client, reason: &str, note: &str) {
+    let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
+        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace),
+            name: Some(name),
+            ..Default::default()
+        },
+        _ => return,
+    };
+    let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(note.to_string()),
+        action: "RestoreCheckpoint".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &own_pod).await {
+        tracing::warn!("publishing event {reason}: {e}");
+    }
+}
+
 /// Cluster mode until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let node = args
@@ -187,50 +233,13 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if !args.admin_addr.is_empty() {
         metrics::serve(&args.admin_addr, metrics.clone()).await?;
     }
-    // The operator creates the NodeTopology; until then there is nothing to report on.
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match api.get_opt(&node).await {
-            Ok(Some(_)) => break,
-            Ok(None) => tracing::info!(
-                "waiting for NodeTopology {node}: the operator has not created it yet"
-            ),
-            Err(e) => tracing::warn!("reading NodeTopology {node}: {e}"),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
+    wait_for_node_topology(&api, &node).await;
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = load_checkpoint(&cp_path, &topology);
-    // Events name the agent's own Pod, so they live in the agent's namespace (the chart
-    // grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the warning
-    // is only logged.
-    let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
-        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => {
-            Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(namespace),
-                name: Some(name),
-                ..Default::default()
-            })
-        }
-        _ => None,
-    };
-    if let (Some((reason, note)), Some(reference)) = (&problem, own_pod) {
-        let recorder = Recorder::new(client.clone(), Reporter::from("nodetopo-agent"));
-        let ev = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.clone(),
-            note: Some(note.clone()),
-            action: "RestoreCheckpoint".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            tracing::warn!("publishing event {reason}: {e}");
-        }
+    if let Some((reason, note)) = &problem {
+        report_checkpoint_problem(&client, reason, note).await;
     }
     let mut core = Core::new(topology.clone(), restored, problem);
     let (tx, rx) = tokio::sync::watch::channel(None);
@@ -272,8 +281,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         ),
         actuation_events.boxed(),
     );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let shutdown = Shutdown::on_signals();
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
     let mut cycle = Cycle::new(cp_path);
     loop {
@@ -291,7 +299,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 ));
                 kubelet_read = true;
             }
-            _ = term.recv() => stop = true,
+            _ = shutdown.requested() => stop = true,
         }
         // Debounce: take whatever else arrives within 100 ms into the same cycle.
         let window = tokio::time::sleep(Duration::from_millis(100));
@@ -303,10 +311,11 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             }
         }
         if stop {
-            metrics.set_ready(false);
+            metrics.stopping();
         }
+        let span = cycle.span();
         let started = std::time::Instant::now();
-        let status = cycle.run(&mut core, &metrics, &now());
+        let status = span.in_scope(|| cycle.run(&mut core, &metrics, &now()));
         let nrt_status = match &status {
             Some(s) => Some(s),
             // Devices are in the object but not in status: a fresh PodResources answer may
@@ -317,6 +326,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         if let (Some(nrt_tx), Some(current)) = (&nrt_tx, nrt_status) {
             // The object follows each new status and each kubelet read (same kubelet view);
             // the writer sends it only when it differs from the last one written.
+            let _in_cycle = span.enter();
             match super::nrt::desired(&core, current, &node) {
                 Ok(obj) => {
                     let _ = nrt_tx.send(Some(obj));

@@ -24,6 +24,7 @@ use super::validate;
 use super::Args;
 use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
+use nodetopo_runtime::shutdown::Shutdown;
 
 /// Identity and version of a file as `stat` (following symlinks) reports it: modification
 /// time, size and inode (a ConfigMap update swaps the `..data` symlink to new inodes).
@@ -68,7 +69,9 @@ fn is_pod_file(p: &Path) -> bool {
 /// Converts Kubernetes Pods (from YAML) into the core's pod records.
 pub fn pod_infos(text: &str) -> Result<Vec<PodInfo>, String> {
     let pods = pods_from_yaml(text).map_err(|e| e.to_string())?;
-    pods.iter().map(PodInfo::from_manifest).collect()
+    pods.iter()
+        .map(|p| PodInfo::from_manifest(p).map_err(|e| e.to_string()))
+        .collect()
 }
 
 fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
@@ -165,6 +168,17 @@ impl PodDir {
             }
         }
         self.files.retain(|p, _| seen.contains(p));
+        let (pods, problems) = self.in_effect();
+        Ok(Scan {
+            pods,
+            problems,
+            settled,
+        })
+    }
+
+    /// The pods of every file read (the first file defining a UID wins; at most
+    /// [`MAX_PODS`]) and the problems: unreadable files, duplicates, pods over the limit.
+    fn in_effect(&self) -> (Vec<PodInfo>, Vec<String>) {
         let mut pods: BTreeMap<String, PodInfo> = BTreeMap::new();
         let mut problems = Vec::new();
         for (path, f) in &self.files {
@@ -188,11 +202,7 @@ impl PodDir {
                 }
             }
         }
-        Ok(Scan {
-            pods: pods.into_values().collect(),
-            problems,
-            settled,
-        })
+        (pods.into_values().collect(), problems)
     }
 
     /// Records a file that cannot be read at all (its last good version stays in effect).
@@ -282,19 +292,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         name: "local".into(),
     };
     let mut cycle = Cycle::new(cp_path.clone());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let shutdown = Shutdown::on_signals();
     let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stop = tokio::select! {
             _ = tick.tick() => false,
-            _ = term.recv() => true,
-            _ = tokio::signal::ctrl_c() => true,
+            _ = shutdown.requested() => true,
         };
         if stop {
-            metrics.set_ready(false);
+            metrics.stopping();
         }
+        let span = cycle.span();
+        let _in_cycle = span.enter();
         let started = std::time::Instant::now();
         // Pods first, so that a restored checkpoint meets the real pod list.
         // The first pod list waits until every file has settled: a restored allocation must

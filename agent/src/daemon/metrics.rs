@@ -6,11 +6,11 @@
 //! agent publishes the current number of containers per boundary instead (a gauge of the
 //! same name), which is what a dashboard of one node wants and what survives restarts.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use nodetopo_runtime::admin::Readiness;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,8 +44,7 @@ pub struct Metrics {
     kubelet_disagreements: Gauge,
     cycle_duration: Histogram,
     last: Mutex<Tally>,
-    ready: AtomicBool,
-    stopping: AtomicBool,
+    ready: Readiness,
 }
 
 impl Default for Metrics {
@@ -71,8 +70,7 @@ impl Metrics {
             kubelet_disagreements: Gauge::default(),
             cycle_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             last: Mutex::new(Tally::default()),
-            ready: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
+            ready: Readiness::new(),
             registry: Registry::default(),
         };
         registry.register(
@@ -187,22 +185,12 @@ impl Metrics {
         }
         self.kubelet_disagreements
             .set(core.kubelet_differences().len() as i64);
-        if !self.stopping.load(Ordering::Relaxed) {
-            self.ready.store(core.ready(), Ordering::Relaxed);
-        }
+        self.ready.set(core.ready());
     }
 
-    /// Marks readiness (false for good once stopping).
-    pub fn set_ready(&self, ready: bool) {
-        if !ready {
-            self.stopping.store(true, Ordering::Relaxed);
-        }
-        self.ready.store(ready, Ordering::Relaxed);
-    }
-
-    /// Whether `/readyz` answers 200.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+    /// Not ready for good: the agent is stopping.
+    pub fn stopping(&self) {
+        self.ready.stop();
     }
 
     /// The text exposition.
@@ -214,49 +202,12 @@ impl Metrics {
     }
 }
 
-/// Starts the admin server on `addr` in the background.
+/// Starts the admin server ([`nodetopo_runtime::admin`]) on `addr` in the background.
 pub async fn serve(addr: &str, metrics: Arc<Metrics>) -> anyhow::Result<()> {
-    use axum::http::StatusCode;
-    use axum::routing::get;
-    let listener = tokio::net::TcpListener::bind(addr)
+    let ready = metrics.ready.clone();
+    let router = nodetopo_runtime::admin::router(ready, move || Ok(metrics.encode()));
+    nodetopo_runtime::admin::spawn(addr, router)
         .await
-        .with_context(|| format!("admin server: binding {addr}"))?;
-    let m1 = metrics.clone();
-    let m2 = metrics;
-    let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = m1.is_ready();
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let body = m2.encode();
-                async move {
-                    (
-                        [(
-                            "content-type",
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        body,
-                    )
-                }
-            }),
-        );
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("admin server stopped: {e}");
-        }
-    });
+        .context("starting the admin server")?;
     Ok(())
 }

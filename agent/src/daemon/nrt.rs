@@ -41,7 +41,7 @@ pub fn desired(
     let spec = core
         .spec()
         .ok_or_else(|| "no NodeTopology spec applied yet".to_string())?;
-    let config = node_config(spec)?;
+    let config = node_config(spec).map_err(|e| e.to_string())?;
     let pools = core
         .pools()
         .ok_or_else(|| "no configuration in effect".to_string())?;

@@ -19,13 +19,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::checkpoint::CheckpointData;
-use super::kubelet_state::KubeletCpuState;
+use super::kubelet_state::{KubeletCpuState, KubeletStateError};
 
 /// Which invariant a state file breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +238,21 @@ pub fn kubelet_sets(
     })
 }
 
+/// Why the kubelet's CPU manager checkpoint cannot be compared (the `KubeletAgreement`
+/// condition).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KubeletError {
+    /// The file cannot be read or parsed.
+    #[error("{0}")]
+    Read(Arc<KubeletStateError>),
+    /// The state read by a shell breaks an invariant on this machine.
+    #[error("kubelet CPU manager state {0}")]
+    Invalid(Violation),
+    /// The state a shell handed over breaks an invariant (the core checks again).
+    #[error("{0}")]
+    Rechecked(Violation),
+}
+
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
@@ -246,10 +262,10 @@ pub fn kubelet_sets(
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
-) -> Result<Option<KubeletCpuState>, String> {
-    let state = super::kubelet_state::read(file).map_err(|e| e.to_string())?;
+) -> Result<Option<KubeletCpuState>, KubeletError> {
+    let state = super::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
     if let Some(s) = &state {
-        kubelet_state(file, s, topology).map_err(|v| format!("kubelet CPU manager state {v}"))?;
+        kubelet_state(file, s, topology).map_err(KubeletError::Invalid)?;
     }
     Ok(state)
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::{repo_root, Error, Result};
+use crate::{Error, Result};
 
 /// Environment variable that turns "skip without Go" into a failure (set by `.ci/run`).
 pub const REQUIRE_ENV: &str = "NODETOPO_REQUIRE_CONTROLPLANE";
@@ -40,32 +40,13 @@ fn go_missing() -> Option<String> {
 }
 
 fn build() -> Result<Binaries> {
-    let script = repo_root().join("e2e/controlplane/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .map_err(|e| Error::io(format!("running {}", script.display()), e))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
-        return Err(Error::Build {
-            script: script.display().to_string(),
-            message: format!(
-                "{}\n{}",
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ),
-        });
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout
-        .lines()
-        .last()
-        .map(PathBuf::from)
-        .ok_or_else(|| Error::Build {
-            script: script.display().to_string(),
-            message: "printed no output directory".into(),
-        })?;
+    let script = "e2e/controlplane/build.sh";
+    let dir = crate::build::build_once(script, &[], "the control plane").map_err(|message| {
+        Error::Build {
+            script: script.to_string(),
+            message,
+        }
+    })?;
     let bins = Binaries {
         kube_apiserver: dir.join("kube-apiserver"),
         etcd: dir.join("etcd"),
@@ -73,7 +54,7 @@ fn build() -> Result<Binaries> {
     for p in [&bins.kube_apiserver, &bins.etcd] {
         if !p.is_file() {
             return Err(Error::Build {
-                script: script.display().to_string(),
+                script: script.to_string(),
                 message: format!("{} is missing after the build", p.display()),
             });
         }
@@ -128,30 +109,10 @@ pub fn kubelet_oracle() -> Result<Option<PathBuf>> {
             }
             return Ok(None);
         }
-        let script = repo_root().join("e2e/kubelet-oracle/build.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "building the kubelet oracle with {}: {}\n{}",
-                script.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let bin = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{} printed no binary path", script.display()))?;
+        let script = "e2e/kubelet-oracle/build.sh";
+        let bin = crate::build::build_once(script, &[], "the kubelet oracle")?;
         if !bin.is_file() {
-            return Err(format!(
-                "{} is missing after {}",
-                bin.display(),
-                script.display()
-            ));
+            return Err(format!("{} is missing after {script}", bin.display()));
         }
         Ok(Some(bin))
     });

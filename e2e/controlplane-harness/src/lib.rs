@@ -18,10 +18,13 @@
 //! - [`tools`] finds helm and kubectl the way `.ci/chart-check.sh` installs them.
 
 pub mod binaries;
+pub mod build;
+pub mod fixture;
 pub mod pki;
 pub mod process;
 pub mod server;
 pub mod tools;
+pub mod wait;
 
 pub use binaries::{binaries, kubelet_oracle, required, Binaries};
 pub use server::ControlPlane;

@@ -20,31 +20,7 @@ pub struct Tools {
 pub fn tools() -> Result<Tools> {
     static ONCE: OnceLock<Result<Tools, String>> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let script = repo_root().join(".ci/chart-check.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("--tools")
-            .output()
-            .map_err(|e| format!("running {} --tools: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} --tools failed ({}): {}",
-                script.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let dir = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .map(str::trim)
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{} --tools printed nothing", script.display()))?;
-        let dir = if dir.is_absolute() {
-            dir
-        } else {
-            repo_root().join(dir)
-        };
+        let dir = crate::build::build_once(".ci/chart-check.sh", &["--tools"], "helm and kubectl")?;
         Ok(Tools {
             helm: dir.join("helm"),
             kubectl: dir.join("kubectl"),

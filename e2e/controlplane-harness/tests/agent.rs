@@ -23,6 +23,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
+use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_controlplane::{process, ControlPlane};
 use serde_json::{json, Value};
 
@@ -67,24 +68,26 @@ fn pod(name: &str, cpus: u32) -> Pod {
 }
 
 async fn wait_status<F: Fn(&Value) -> bool>(api: &Api<DynamicObject>, what: &str, ok: F) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let last = match api.get(NODE).await {
-            Ok(o) => {
-                let s = o.data["status"].clone();
-                if ok(&s) {
-                    return s;
+    let ok = &ok;
+    nodetopo_controlplane::wait::wait_for(
+        what,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async move {
+            match api.get(NODE).await {
+                Ok(o) => {
+                    let s = o.data["status"].clone();
+                    if ok(&s) {
+                        Ok(s)
+                    } else {
+                        Err(format!("last status: {s}"))
+                    }
                 }
-                s.to_string()
+                Err(e) => Err(e.to_string()),
             }
-            Err(e) => e.to_string(),
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached after 60s; last status: {last:.2000}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+    )
+    .await
 }
 
 /// The agent's preset as the kubelet oracle's machine: CPUs as `[id, core, socket, numa,
@@ -196,18 +199,9 @@ fn allocations(s: &Value) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn agent_cluster_mode_against_a_real_apiserver() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-agent") else {
+    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-agent", NS).await else {
         return;
     };
-    cp.install_crds().await.expect("CRDs");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let client = cp.client();
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).expect("node");

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_controlplane::{process, ControlPlane};
 use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
 use serde_json::json;
@@ -82,22 +83,19 @@ fn writes(op: &Operator) -> Option<f64> {
     )
 }
 
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `secs` naming `what`.
-async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+/// Polls `check` every 100 ms until it returns `Ok`, or panics after `secs` naming `what`.
+async fn wait_for<T, F, Fut>(what: &str, secs: u64, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() > deadline => {
-                panic!("{what}: not reached after {secs}s; last: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    nodetopo_controlplane::wait::wait_for(
+        what,
+        Duration::from_secs(secs),
+        Duration::from_millis(100),
+        check,
+    )
+    .await
 }
 
 fn node(name: &str, pool: Option<&str>) -> Node {
@@ -140,19 +138,9 @@ fn condition(p: &NodeResourcePolicy, type_: &str) -> Option<(String, Option<i64>
 
 #[tokio::test]
 async fn operator_against_a_real_apiserver() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-operator") else {
+    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-operator", NS).await else {
         return;
     };
-    println!("control plane started in {:?}", cp.start_time);
-    cp.install_crds().await.expect("CRDs");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let client = cp.client();
     let nodes: Api<Node> = Api::all(client.clone());
     let policies: Api<NodeResourcePolicy> = Api::all(client.clone());

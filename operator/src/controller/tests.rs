@@ -63,9 +63,12 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
     let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
     for o in objs {
-        writer.apply_watcher_event(&watcher::Event::Apply(o));
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
     }
+    // A listed store is ready: reconciles wait for that.
+    writer.apply_watcher_event(&watcher::Event::InitDone);
     reader
 }
 

@@ -17,6 +17,14 @@ use super::*;
 const NO_NT: &[NodeTopology] = &[];
 const NO_POLICIES: &[NodeResourcePolicy] = &[];
 
+/// Every node's desired NodeTopology as the node controller renders it, sorted by node name.
+fn desired(ps: &[NodeResourcePolicy], nodes: &[Node]) -> Vec<DesiredNode> {
+    let compiled = compile(ps);
+    let mut out: Vec<DesiredNode> = nodes.iter().map(|n| desire_node(&compiled, n)).collect();
+    out.sort_by(|a, b| a.node.cmp(&b.node));
+    out
+}
+
 pub(crate) fn t(secs: i64) -> Time {
     Time(Timestamp::from_second(secs).unwrap())
 }
@@ -103,14 +111,15 @@ fn ntopo(
 #[test]
 fn no_policy_renders_none_without_ref() {
     let d = decide(NO_POLICIES, &[node("n1", &[])], NO_NT, &t(0));
-    assert_eq!(d.nodes.len(), 1);
-    assert_eq!(d.nodes[0].spec, NodeTopologySpec::default());
-    assert_eq!(d.nodes[0].spec.cpu_manager.policy, CpuManagerPolicy::None);
+    let dn = desired(NO_POLICIES, &[node("n1", &[])]);
+    assert_eq!(dn.len(), 1);
+    assert_eq!(dn[0].spec, NodeTopologySpec::default());
+    assert_eq!(dn[0].spec.cpu_manager.policy, CpuManagerPolicy::None);
     assert_eq!(
-        d.nodes[0].spec.topology_manager.policy,
+        dn[0].spec.topology_manager.policy,
         TopologyManagerPolicy::None
     );
-    assert!(d.nodes[0].spec.policy_ref.is_none());
+    assert!(dn[0].spec.policy_ref.is_none());
     assert!(d.statuses.is_empty());
 }
 
@@ -122,7 +131,8 @@ fn selection_by_labels_and_spec_rendering() {
         node("b", &[("pool", "web")]),
     ];
     let d = decide(&ps, &nodes, NO_NT, &t(0));
-    let a = &d.nodes[0];
+    let dn = desired(&ps, &nodes);
+    let a = &dn[0];
     assert_eq!(a.node, "a");
     assert_eq!(a.node_uid, "uid-a");
     assert_eq!(a.spec.cpu_manager, ps[0].spec.cpu_manager.clone().unwrap());
@@ -137,7 +147,7 @@ fn selection_by_labels_and_spec_rendering() {
             generation: 3
         })
     );
-    assert_eq!(d.nodes[1].spec, NodeTopologySpec::default());
+    assert_eq!(dn[1].spec, NodeTopologySpec::default());
     let s = &d.statuses["telco"];
     assert_eq!(
         (s.matched_nodes, s.governed_nodes, s.applied_nodes),
@@ -153,8 +163,9 @@ fn priority_wins_and_loser_reports_overridden() {
     ];
     let nodes = [node("a", &[("pool", "telco")]), node("b", &[])];
     let d = decide(&ps, &nodes, NO_NT, &t(7));
-    assert_eq!(d.nodes[0].spec.policy_ref.as_ref().unwrap().name, "high");
-    assert_eq!(d.nodes[1].spec.policy_ref.as_ref().unwrap().name, "low");
+    let dn = desired(&ps, &nodes);
+    assert_eq!(dn[0].spec.policy_ref.as_ref().unwrap().name, "high");
+    assert_eq!(dn[1].spec.policy_ref.as_ref().unwrap().name, "low");
     let low = &d.statuses["low"];
     assert_eq!(
         (low.matched_nodes, low.governed_nodes, low.overridden_nodes),
@@ -192,7 +203,8 @@ fn priority_wins_and_loser_reports_overridden() {
 fn equal_priority_breaks_by_name() {
     let ps = [policy("zeta", 0, &[], "0"), policy("alpha", 0, &[], "0-1")];
     let d = decide(&ps, &[node("n", &[])], NO_NT, &t(0));
-    assert_eq!(d.nodes[0].spec.policy_ref.as_ref().unwrap().name, "alpha");
+    let dn = desired(&ps, &[node("n", &[])]);
+    assert_eq!(dn[0].spec.policy_ref.as_ref().unwrap().name, "alpha");
     let c = find(&d.statuses["zeta"].conditions, CONFLICT).unwrap();
     assert_eq!(c.reason, "TiedPriority");
     assert_eq!(
@@ -207,7 +219,8 @@ fn invalid_policy_is_skipped_and_reports_invalid_spec() {
     bad.spec.cpu_manager.as_mut().unwrap().reserved_cpus = Some(2);
     let ps = [bad, policy("good", 0, &[], "0")];
     let d = decide(&ps, &[node("n", &[])], NO_NT, &t(0));
-    assert_eq!(d.nodes[0].spec.policy_ref.as_ref().unwrap().name, "good");
+    let dn = desired(&ps, &[node("n", &[])]);
+    assert_eq!(dn[0].spec.policy_ref.as_ref().unwrap().name, "good");
     let s = &d.statuses["bad"];
     assert_eq!((s.matched_nodes, s.governed_nodes), (1, 0));
     let inv = find(&s.conditions, INVALID).unwrap();
@@ -239,8 +252,8 @@ fn node_states_applied_pending_invalid() {
         node("d", &[]),
         node("e", &[]),
     ];
-    let first = decide(&ps, &nodes, NO_NT, &t(0));
-    let dn = |i: usize| &first.nodes[i];
+    let first = desired(&ps, &nodes);
+    let dn = |i: usize| &first[i];
     let mut stale = ntopo(dn(2), 2, Some(2), Some("0-7"));
     stale.spec.policy_ref = Some(PolicyRef {
         name: "p".into(),
@@ -310,8 +323,8 @@ fn node_states_applied_pending_invalid() {
 fn ready_when_all_applied_and_transition_time_stable() {
     let mut ps = [policy("p", 0, &[], "0-1")];
     let nodes = [node("a", &[])];
-    let first = decide(&ps, &nodes, NO_NT, &t(0));
-    let existing = [ntopo(&first.nodes[0], 1, Some(1), Some("0-7"))];
+    let first = desired(&ps, &nodes);
+    let existing = [ntopo(&first[0], 1, Some(1), Some("0-7"))];
     let d1 = decide(&ps, &nodes, &existing, &t(10));
     let r1 = find(&d1.statuses["p"].conditions, READY).unwrap().clone();
     assert_eq!(
@@ -356,7 +369,7 @@ fn problem_list_is_capped_and_sorted() {
     assert_eq!(s.problem_nodes.len(), MAX_PROBLEM_NODES);
     assert_eq!(s.problem_nodes[0].node, "n00");
     assert_eq!(s.problem_nodes[9].node, "n09");
-    assert_eq!(d.nodes[0].node, "n00");
+    assert_eq!(desired(&ps, &nodes)[0].node, "n00");
     let r = find(&s.conditions, READY).unwrap();
     assert_eq!(r.message, "0 of 25 governed nodes applied");
 }
@@ -364,8 +377,8 @@ fn problem_list_is_capped_and_sorted() {
 #[test]
 fn needs_apply_detects_spec_and_owner() {
     let ps = [policy("p", 0, &[], "0-1")];
-    let d = decide(&ps, &[node("a", &[])], NO_NT, &t(0));
-    let want = &d.nodes[0];
+    let dn = desired(&ps, &[node("a", &[])]);
+    let want = &dn[0];
     assert!(needs_apply(None, want));
     let nt = ntopo(want, 1, None, None);
     assert!(!needs_apply(Some(&nt), want));
@@ -418,12 +431,8 @@ fn rollout_marks_batches_and_counts_through_decide() {
     use nodetopo_crds::APPLY_GENERATION_ANNOTATION;
     let mut p = policy("p", 0, &[], "0");
     let nodes: Vec<Node> = ["n3", "n1", "n2"].iter().map(|n| node(n, &[])).collect();
-    let first = decide(std::slice::from_ref(&p), &nodes, NO_NT, &t(0));
-    let mut nts: Vec<NodeTopology> = first
-        .nodes
-        .iter()
-        .map(|d| ntopo(d, 1, Some(1), None))
-        .collect();
+    let first = desired(std::slice::from_ref(&p), &nodes);
+    let mut nts: Vec<NodeTopology> = first.iter().map(|d| ntopo(d, 1, Some(1), None)).collect();
     // Observe (no rollout section): counts, no marks.
     let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(1));
     assert!(d.marks.is_empty());

@@ -262,9 +262,12 @@ fn kubelet_agreement_names_every_differing_container() {
         .find(|a| a.pod_uid == "ua")
         .expect("allocation of a");
     assert_eq!(Some(a.cpus.as_str()), a.predicted_cpus.as_deref());
-    core.apply(Event::Kubelet(Err(
-        "kubelet CPU manager state /x: denied".into()
-    )));
+    core.apply(Event::Kubelet(Err(KubeletError::Read(
+        std::sync::Arc::new(crate::daemon::kubelet_state::KubeletStateError::Invalid {
+            path: "/x".into(),
+            why: "denied".into(),
+        }),
+    ))));
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
     assert_eq!(

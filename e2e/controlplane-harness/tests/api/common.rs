@@ -28,3 +28,38 @@ pub fn api_message(e: &kube::Error) -> String {
         other => panic!("expected an API error, got {other}"),
     }
 }
+
+/// What one dry-run write of a rule case must do.
+pub struct Expect<'a> {
+    /// `None`: accepted; `Some(field)`: rejected with a message naming `field`.
+    pub rejected_at: Option<&'a str>,
+    /// Whether the field may also be named as the prefix of a nested path (`field.`).
+    pub nested: bool,
+    /// Text the rejection must also carry (a CEL rule's message).
+    pub message: Option<&'a str>,
+}
+
+/// Judges a write against what the case expects: `Ok` says what happened as expected
+/// (`accepted` or `rejected: <message>`), `Err` what went wrong.
+pub fn expect_rejected<T>(
+    got: &Result<T, kube::Error>,
+    want: &Expect<'_>,
+) -> Result<String, String> {
+    match (got, want.rejected_at) {
+        (Ok(_), None) => Ok("accepted".to_string()),
+        (Err(e), Some(field)) => {
+            let msg = api_message(e);
+            let names_field = msg.contains(&format!("{field}:"))
+                || (want.nested && msg.contains(&format!("{field}.")));
+            if !names_field {
+                Err(format!("rejected without naming {field}: {msg}"))
+            } else if want.message.is_some_and(|m| !msg.contains(m)) {
+                Err(format!("rejected without the rule's message: {msg}"))
+            } else {
+                Ok(format!("rejected: {msg}"))
+            }
+        }
+        (Ok(_), Some(field)) => Err(format!("accepted, expected a rejection at {field}")),
+        (Err(e), None) => Err(format!("rejected, expected acceptance: {e}")),
+    }
+}
