@@ -1,28 +1,12 @@
 #!/usr/bin/env bash
-# Builds the kubelet oracle into <repo>/target/kubelet-oracle/kubelet-oracle, once per
-# go.mod/go.sum/main.go content: a stamp file holds their hash and a matching stamp reuses
-# the binary. A flock serialises concurrent builds (several test processes, CI steps).
-# Prints the binary's path on stdout; exits non-zero with Go's error when the build fails.
+# Builds the kubelet oracle into <repo>/target/kubelet-oracle/kubelet-oracle (or
+# $NODETOPO_ORACLE_DIR), once per go.mod/go.sum/*.go content and Go version, under a flock;
+# see ../go-build-common.sh. Prints the binary's path on stdout; exits non-zero with Go's
+# error when the build fails.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-out="${NODETOPO_ORACLE_DIR:-$repo/target/kubelet-oracle}"
-mkdir -p "$out"
-bin="$out/kubelet-oracle"
-if ! command -v go >/dev/null 2>&1; then
-    echo "kubelet-oracle: go is not installed (needed to build the kubelet oracle)" >&2
-    exit 127
-fi
-exec 9>"$out/.lock"
-flock 9
-stamp="$(cd "$here" && cat go.mod go.sum ./*.go | sha256sum | cut -d' ' -f1)-$(go env GOVERSION)"
-if [[ -x "$bin" && -f "$out/stamp" && "$(cat "$out/stamp")" == "$stamp" ]]; then
-    echo "$bin"
-    exit 0
-fi
-start=$(date +%s)
-(cd "$here" && GOFLAGS=-mod=readonly go build -o "$bin.tmp" .)
-mv "$bin.tmp" "$bin"
-echo "$stamp" >"$out/stamp"
-echo "kubelet-oracle: built in $(( $(date +%s) - start )) s" >&2
-echo "$bin"
+source "$here/../go-build-common.sh"
+go_build_once kubelet-oracle "$here" \
+    "${NODETOPO_ORACLE_DIR:-$repo/target/kubelet-oracle}" \
+    "the kubelet oracle"
