@@ -14,57 +14,39 @@
 //! (`Disagree`, naming each differing container); with the first file's checksum altered False
 //! (`KubeletStateChecksumMismatch`); with the file removed False again.
 
+mod agent_common;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_common::{apply_spec, create_node, create_pods, nodetopologies, Agent, PRESET};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::runtime::watcher::{self, Event};
 use nodetopo_controlplane::fixture::Fixture;
-use nodetopo_controlplane::{process, ControlPlane};
+use nodetopo_controlplane::ControlPlane;
 use serde_json::{json, Value};
 
 const NODE: &str = "agent-node";
 const NS: &str = "agent-test";
-const PRESET: &str = "epyc-7702p";
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        process::kill_group(&mut self.0);
-    }
-}
-
-fn start_agent(cp: &ControlPlane, bin: &PathBuf, run: usize) -> Agent {
-    let state = cp.dir().join("agent-state");
-    std::fs::create_dir_all(&state).expect("state dir");
-    let log = std::fs::File::create(cp.dir().join(format!("agent-{run}.log"))).expect("log");
-    let mut cmd = Command::new(bin);
-    cmd.args(["run", "--preset", PRESET, "--node-name", NODE])
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--kubelet-state")
-        .arg(cp.dir().join("kubelet/cpu_manager_state"))
-        .env("KUBECONFIG", cp.kubeconfig())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log);
-    Agent(process::spawn(cmd, "nodetopo-agent").expect("starting the agent"))
+fn start_agent(cp: &ControlPlane, bin: &Path, run: usize) -> Agent {
+    agent_common::start_agent(
+        cp,
+        bin,
+        NODE,
+        &cp.dir().join("agent-state"),
+        &cp.dir().join("kubelet/cpu_manager_state"),
+        &[],
+        &cp.dir().join(format!("agent-{run}.log")),
+    )
 }
 
 fn pod(name: &str, cpus: u32) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "app:1",
-            "resources": {"requests": {"cpu": cpus.to_string(), "memory": "256Mi"},
-                          "limits": {"cpu": cpus.to_string(), "memory": "256Mi"}}}]}
-    }))
-    .expect("pod")
+    agent_common::pod(NS, NODE, name, cpus)
 }
 
 async fn wait_status<F: Fn(&Value) -> bool>(api: &Api<DynamicObject>, what: &str, ok: F) -> Value {
@@ -203,33 +185,11 @@ async fn agent_cluster_mode_against_a_real_apiserver() {
         return;
     };
     let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).expect("node");
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    let ar = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("nodetopo.io", "v1alpha1", "NodeTopology"),
-        "nodetopologies",
-    );
-    let nt: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let spec = |tm: &str| {
-        json!({"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology",
-        "metadata": {"name": NODE},
-        "spec": {"cpuManager": {"policy": "static", "reservedSystemCPUs": "0,64"},
-                 "topologyManager": {"policy": tm}}})
-    };
-    let op = PatchParams::apply(nodetopo_crds::OPERATOR_FIELD_MANAGER).force();
-    nt.patch(NODE, &op, &Patch::Apply(spec("best-effort")))
-        .await
-        .expect("spec");
+    create_node(&client, NODE).await;
+    let nt = nodetopologies(&client);
+    apply_spec(&nt, NODE, json!({"policy": "best-effort"})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for (n, c) in [("g-1", 4), ("g-2", 2)] {
-        pods.create(&PostParams::default(), &pod(n, c))
-            .await
-            .expect("pod");
-    }
+    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
 
     let mut agent = start_agent(&cp, &bin, 1);
     let s = wait_status(&nt, "two allocations at generation 1", |s| {
@@ -364,9 +324,7 @@ async fn agent_cluster_mode_against_a_real_apiserver() {
     println!("deleting {NS}/g-2 released its CPUs");
 
     // An operator spec change is applied.
-    nt.patch(NODE, &op, &Patch::Apply(spec("single-numa-node")))
-        .await
-        .expect("spec 2");
+    apply_spec(&nt, NODE, json!({"policy": "single-numa-node"})).await;
     let before_restart = wait_status(&nt, "generation 2 applied", |s| {
         s["observedGeneration"] == 2
     })
@@ -388,7 +346,7 @@ async fn agent_cluster_mode_against_a_real_apiserver() {
     println!("apiserver restarted in {took:?}");
     let client = cp.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let nt: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let nt = nodetopologies(&client);
     pods.create(&PostParams::default(), &pod("g-3", 2))
         .await
         .expect("pod after restart");

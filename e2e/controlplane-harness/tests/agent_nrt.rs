@@ -4,142 +4,70 @@
 //! pods holding exclusive CPUs and the CPU counts; it rewrites the object when a pod goes,
 //! through server-side apply with its field manager.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod agent_common;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use nodetopo_controlplane::{process, ControlPlane};
+use std::time::Duration;
+
+use agent_common::{
+    apply_spec, cpus_available, create_node, create_pods, nodetopologies, start_agent, wait_object,
+    PRESET,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
 use nodetopo_crds::nrt::NodeResourceTopology;
 use serde_json::json;
 
 const NODE: &str = "nrt-node";
 const NS: &str = "nrt-test";
-const PRESET: &str = "epyc-7702p";
-
-struct Agent(std::process::Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        process::kill_group(&mut self.0);
-    }
-}
-
-fn pod(name: &str, cpus: u32) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "app:1",
-            "resources": {"requests": {"cpu": cpus.to_string(), "memory": "256Mi"},
-                          "limits": {"cpu": cpus.to_string(), "memory": "256Mi"}}}]}
-    }))
-    .expect("pod")
-}
-
-fn available(o: &NodeResourceTopology) -> usize {
-    o.zones
-        .iter()
-        .filter(|z| z.type_ == "Node")
-        .filter_map(|z| z.resource("cpu"))
-        .map(|r| r.available.parse::<usize>().expect("count"))
-        .sum()
-}
-
-async fn wait_nrt<F: Fn(&NodeResourceTopology) -> bool>(
-    api: &Api<NodeResourceTopology>,
-    what: &str,
-    ok: F,
-    log: &PathBuf,
-) -> NodeResourceTopology {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some(o)) = api.get_opt(NODE).await {
-            if ok(&o) {
-                return o;
-            }
-        }
-        if Instant::now() > deadline {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("timed out waiting for {what}; agent log:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 #[tokio::test]
 async fn agent_publishes_node_resource_topology() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-agent") else {
+    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-agent", NS).await else {
         return;
     };
-    cp.install_crds().await.expect("CRDs");
     cp.install_nrt_crd().await.expect("NRT CRD");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).expect("node");
-    let node = nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    let node_uid = node.metadata.uid.clone().expect("node uid");
-    let ar = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("nodetopo.io", "v1alpha1", "NodeTopology"),
-        "nodetopologies",
-    );
-    let nt: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    nt.patch(
+    let node_uid = create_node(&client, NODE).await;
+    let nt = nodetopologies(&client);
+    apply_spec(
+        &nt,
         NODE,
-        &PatchParams::apply(nodetopo_crds::OPERATOR_FIELD_MANAGER).force(),
-        &Patch::Apply(
-            json!({"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology",
-            "metadata": {"name": NODE},
-            "spec": {"cpuManager": {"policy": "static", "reservedSystemCPUs": "0,64"},
-                     "topologyManager": {"policy": "single-numa-node", "scope": "pod"}}}),
-        ),
+        json!({"policy": "single-numa-node", "scope": "pod"}),
     )
-    .await
-    .expect("spec");
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for (n, c) in [("g-1", 4), ("g-2", 2)] {
-        pods.create(&PostParams::default(), &pod(n, c))
-            .await
-            .expect("pod");
-    }
+    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
 
-    let state = cp.dir().join("nrt-agent-state");
-    std::fs::create_dir_all(&state).expect("state dir");
     let log_path = cp.dir().join("nrt-agent.log");
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut cmd = Command::new(&bin);
-    cmd.args(["run", "--preset", PRESET, "--node-name", NODE, "--nrt"])
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--kubelet-state")
-        .arg(cp.dir().join("absent/cpu_manager_state"))
-        .arg("--pod-resources-socket")
-        .arg(cp.dir().join("absent/kubelet.sock"))
-        .env("KUBECONFIG", cp.kubeconfig())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log);
-    let _agent = Agent(process::spawn(cmd, "nodetopo-agent").expect("starting the agent"));
+    let absent_socket = cp.dir().join("absent/kubelet.sock");
+    let _agent = start_agent(
+        &cp,
+        &bin,
+        NODE,
+        &cp.dir().join("nrt-agent-state"),
+        &cp.dir().join("absent/cpu_manager_state"),
+        &[
+            "--nrt".as_ref(),
+            "--pod-resources-socket".as_ref(),
+            absent_socket.as_os_str(),
+        ],
+        &log_path,
+    );
 
     let api: Api<NodeResourceTopology> = Api::all(client.clone());
     let both: PodFingerprint = [(NS, "g-1"), (NS, "g-2")].into_iter().collect();
-    let o = wait_nrt(
-        &api,
+    let api = &api;
+    let get = move || async move { api.get_opt(NODE).await.ok().flatten() };
+    let o = wait_object(
         "an object with both pods",
-        |o| o.attribute("nodeTopologyPodsFingerprint") == Some(both.sign().as_str()),
+        Duration::from_secs(60),
         &log_path,
+        get,
+        |o: &NodeResourceTopology| {
+            o.attribute("nodeTopologyPodsFingerprint") == Some(both.sign().as_str())
+        },
     )
     .await;
     let owner = &o.metadata.owner_references.as_ref().expect("owner")[0];
@@ -154,7 +82,7 @@ async fn agent_publishes_node_resource_topology() {
     assert_eq!(o.attribute("topologyManagerScope"), Some("pod"));
     assert_eq!(o.attribute("nodetopo.io/allocationSource"), Some("Agent"));
     assert_eq!(
-        available(&o),
+        cpus_available(&o),
         128 - 2 - 6,
         "{PRESET}: 128 CPUs, 2 reserved, 6 exclusive"
     );
@@ -172,14 +100,17 @@ async fn agent_publishes_node_resource_topology() {
         .await
         .expect("delete");
     let only: PodFingerprint = [(NS, "g-1")].into_iter().collect();
-    let o = wait_nrt(
-        &api,
+    let o = wait_object(
         "g-2 released",
-        |o| o.attribute("nodeTopologyPodsFingerprint") == Some(only.sign().as_str()),
+        Duration::from_secs(60),
         &log_path,
+        get,
+        |o: &NodeResourceTopology| {
+            o.attribute("nodeTopologyPodsFingerprint") == Some(only.sign().as_str())
+        },
     )
     .await;
-    assert_eq!(available(&o), 128 - 2 - 4);
+    assert_eq!(cpus_available(&o), 128 - 2 - 4);
     assert_ne!(o.metadata.resource_version, rv);
     println!(
         "agent --nrt: object published with owner {node_uid}, rewritten after a pod went ({} -> {} CPUs available)",

@@ -6,14 +6,18 @@
 //! both objects follow when the kubelet's answer changes, not the agent's own prediction; a
 //! device-only change rewrites the NodeResourceTopology alone.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod agent_common;
+
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use nodetopo_controlplane::{process, ControlPlane};
+use agent_common::{
+    apply_spec, cpus_available, create_node, create_pods, nodetopologies, start_agent, wait_object,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject};
+use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
 use nodetopo_crds::nrt::NodeResourceTopology;
 use serde_json::json;
@@ -28,15 +32,6 @@ use v1::*;
 
 const NODE: &str = "podres-node";
 const NS: &str = "podres-test";
-const PRESET: &str = "epyc-7702p";
-
-struct Agent(std::process::Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        process::kill_group(&mut self.0);
-    }
-}
 
 /// A kubelet whose answer the test changes; counts the `List` calls it served.
 #[derive(Clone, Default)]
@@ -74,16 +69,6 @@ impl PodResourcesLister for FakeKubelet {
     }
 }
 
-fn pod(name: &str, cpus: u32) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "app:1",
-            "resources": {"requests": {"cpu": cpus.to_string(), "memory": "256Mi"},
-                          "limits": {"cpu": cpus.to_string(), "memory": "256Mi"}}}]}
-    }))
-    .expect("pod")
-}
-
 fn pod_resources(name: &str, cpus: &[i64], devices: Vec<ContainerDevices>) -> PodResources {
     PodResources {
         name: name.into(),
@@ -108,86 +93,28 @@ fn gpu(id: &str) -> ContainerDevices {
     }
 }
 
-fn cpu_available(o: &NodeResourceTopology) -> usize {
-    o.zones
-        .iter()
-        .filter(|z| z.type_ == "Node")
-        .filter_map(|z| z.resource("cpu"))
-        .map(|r| r.available.parse::<usize>().expect("count"))
-        .sum()
-}
-
 fn gpus(o: &NodeResourceTopology) -> Option<(String, String)> {
     let r = o.zone("node-0")?.resource("nvidia.com/gpu")?;
     Some((r.capacity.clone(), r.available.clone()))
 }
 
-async fn wait_for<T, F: Fn(&T) -> bool>(
-    get: impl Fn() -> futures::future::BoxFuture<'static, Option<T>>,
-    what: &str,
-    ok: F,
-    log: &Path,
-) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(o) = get().await {
-            if ok(&o) {
-                return o;
-            }
-        }
-        if Instant::now() > deadline {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("timed out waiting for {what}; agent log:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test]
 async fn agent_publishes_what_podresources_reports() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(bin) = nodetopo_controlplane::workspace_binary("nodetopo-agent") else {
+    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-agent", NS).await else {
         return;
     };
-    cp.install_crds().await.expect("CRDs");
     cp.install_nrt_crd().await.expect("NRT CRD");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).expect("node");
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    let ar = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("nodetopo.io", "v1alpha1", "NodeTopology"),
-        "nodetopologies",
-    );
-    let nt: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    nt.patch(
+    create_node(&client, NODE).await;
+    let nt = nodetopologies(&client);
+    apply_spec(
+        &nt,
         NODE,
-        &PatchParams::apply(nodetopo_crds::OPERATOR_FIELD_MANAGER).force(),
-        &Patch::Apply(
-            json!({"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology",
-            "metadata": {"name": NODE},
-            "spec": {"cpuManager": {"policy": "static", "reservedSystemCPUs": "0,64"},
-                     "topologyManager": {"policy": "single-numa-node", "scope": "pod"}}}),
-        ),
+        json!({"policy": "single-numa-node", "scope": "pod"}),
     )
-    .await
-    .expect("spec");
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for (n, c) in [("g-1", 4), ("g-2", 2)] {
-        pods.create(&PostParams::default(), &pod(n, c))
-            .await
-            .expect("pod");
-    }
+    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
 
     // The kubelet: CPUs of its own choosing (not nodetopo's first-fit ones), two GPUs on
     // NUMA node 0, one of them g-1's.
@@ -214,56 +141,48 @@ async fn agent_publishes_what_podresources_reports() {
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
     );
 
-    let state = cp.dir().join("podres-agent-state");
-    std::fs::create_dir_all(&state).expect("state dir");
     let log_path = cp.dir().join("podres-agent.log");
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut cmd = Command::new(&bin);
-    cmd.args(["run", "--preset", PRESET, "--node-name", NODE, "--nrt"])
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--kubelet-state")
-        .arg(cp.dir().join("absent/cpu_manager_state"))
-        .arg("--pod-resources-socket")
-        .arg(&socket)
-        .env("KUBECONFIG", cp.kubeconfig())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log);
-    let _agent = Agent(process::spawn(cmd, "nodetopo-agent").expect("starting the agent"));
+    let _agent = start_agent(
+        &cp,
+        &bin,
+        NODE,
+        &cp.dir().join("podres-agent-state"),
+        &cp.dir().join("absent/cpu_manager_state"),
+        &[
+            "--nrt".as_ref(),
+            "--pod-resources-socket".as_ref(),
+            socket.as_os_str(),
+        ],
+        &log_path,
+    );
 
     let api: Api<NodeResourceTopology> = Api::all(client.clone());
-    let get_nrt = || {
-        let api = api.clone();
-        Box::pin(async move { api.get_opt(NODE).await.ok().flatten() })
-            as futures::future::BoxFuture<'static, Option<NodeResourceTopology>>
-    };
-    let get_nt = || {
-        let nt = nt.clone();
-        Box::pin(async move { nt.get_opt(NODE).await.ok().flatten() })
-            as futures::future::BoxFuture<'static, Option<DynamicObject>>
-    };
+    let (api_ref, nt_ref) = (&api, &nt);
+    let get_nrt = move || async move { api_ref.get_opt(NODE).await.ok().flatten() };
+    let get_nt = move || async move { nt_ref.get_opt(NODE).await.ok().flatten() };
+    let timeout = Duration::from_secs(90);
     let both: PodFingerprint = [(NS, "g-1"), (NS, "g-2")].into_iter().collect();
-    let o = wait_for(
-        get_nrt,
+    let o = wait_object(
         "an object from PodResources with both pods",
-        |o| {
+        timeout,
+        &log_path,
+        get_nrt,
+        |o: &NodeResourceTopology| {
             o.attribute("nodetopo.io/allocationSource") == Some("PodResources")
                 && o.attribute("nodeTopologyPodsFingerprint") == Some(both.sign().as_str())
         },
-        &log_path,
     )
     .await;
-    assert_eq!(cpu_available(&o), 128 - 2 - 6);
+    assert_eq!(cpus_available(&o), 128 - 2 - 6);
     assert_eq!(gpus(&o), Some(("2".to_string(), "1".to_string())));
 
     // NodeTopology status: the kubelet's view, its source, and the kubelet's CPUs shown.
-    let status = wait_for(
-        get_nt,
+    let status = wait_object(
         "status.kubelet from PodResources",
-        |o| o.data["status"]["kubelet"]["source"] == "PodResources",
+        timeout,
         &log_path,
+        get_nt,
+        |o: &DynamicObject| o.data["status"]["kubelet"]["source"] == "PodResources",
     )
     .await
     .data["status"]
@@ -332,24 +251,28 @@ async fn agent_publishes_what_podresources_reports() {
     // would still count it): both objects follow the kubelet.
     kubelet.list.lock().expect("lock").pod_resources.truncate(1);
     let only: PodFingerprint = [(NS, "g-1")].into_iter().collect();
-    let o = wait_for(
-        get_nrt,
+    let o = wait_object(
         "g-2 gone from the kubelet's answer",
-        |o| o.attribute("nodeTopologyPodsFingerprint") == Some(only.sign().as_str()),
+        timeout,
         &log_path,
+        get_nrt,
+        |o: &NodeResourceTopology| {
+            o.attribute("nodeTopologyPodsFingerprint") == Some(only.sign().as_str())
+        },
     )
     .await;
-    assert_eq!(cpu_available(&o), 128 - 2 - 4);
+    assert_eq!(cpus_available(&o), 128 - 2 - 4);
     assert_ne!(o.metadata.resource_version, nrt_rv);
-    wait_for(
-        get_nt,
+    wait_object(
         "status.kubelet without g-2",
-        |o| {
+        timeout,
+        &log_path,
+        get_nt,
+        |o: &DynamicObject| {
             o.data["status"]["kubelet"]["assignments"]
                 .as_array()
                 .is_some_and(|a| a.len() == 1)
         },
-        &log_path,
     )
     .await;
 
@@ -359,14 +282,15 @@ async fn agent_publishes_what_podresources_reports() {
     kubelet.list.lock().expect("lock").pod_resources[0].containers[0]
         .devices
         .push(gpu("gpu0"));
-    let o = wait_for(
-        get_nrt,
+    let o = wait_object(
         "gpu0 assigned",
-        |o| gpus(o) == Some(("2".to_string(), "0".to_string())),
+        timeout,
         &log_path,
+        get_nrt,
+        |o: &NodeResourceTopology| gpus(o) == Some(("2".to_string(), "0".to_string())),
     )
     .await;
-    assert_eq!(cpu_available(&o), 128 - 2 - 4);
+    assert_eq!(cpus_available(&o), 128 - 2 - 4);
     assert_eq!(
         nt.get(NODE).await.expect("nt").metadata.resource_version,
         nt_rv,

@@ -1,0 +1,160 @@
+//! What the agent tests (`agent`, `agent_nrt`, `agent_podresources`) share: the agent
+//! process (killed with its group when dropped), Guaranteed pods bound by `nodeName`, the
+//! Node with its NodeTopology spec as the operator writes it, and waiting on an object with
+//! the agent's log in the failure.
+
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use nodetopo_controlplane::{process, server, wait, ControlPlane};
+use nodetopo_crds::nrt::NodeResourceTopology;
+use serde_json::{json, Value};
+
+/// The machine every agent test runs on.
+pub const PRESET: &str = "epyc-7702p";
+
+/// A running agent; its process group is killed when this is dropped.
+pub struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        process::kill_group(&mut self.0);
+    }
+}
+
+/// Starts `bin run --preset PRESET --node-name node` with its state in `state`, the kubelet
+/// checkpoint path `kubelet_state`, `extra` arguments after those, the control plane's
+/// kubeconfig, and stdout and stderr into `log`.
+pub fn start_agent(
+    cp: &ControlPlane,
+    bin: &Path,
+    node: &str,
+    state: &Path,
+    kubelet_state: &Path,
+    extra: &[&OsStr],
+    log: &Path,
+) -> Agent {
+    std::fs::create_dir_all(state).expect("state dir");
+    let out = std::fs::File::create(log).expect("log");
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--preset", PRESET, "--node-name", node])
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--kubelet-state")
+        .arg(kubelet_state)
+        .args(extra)
+        .env("KUBECONFIG", cp.kubeconfig())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out);
+    Agent(process::spawn(cmd, "nodetopo-agent").expect("starting the agent"))
+}
+
+/// A Guaranteed pod `namespace/name` bound to `node`: one container `app` with `cpus` CPUs
+/// and 256Mi of memory as requests and limits.
+pub fn pod(namespace: &str, node: &str, name: &str, cpus: u32) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1",
+            "resources": {"requests": {"cpu": cpus.to_string(), "memory": "256Mi"},
+                          "limits": {"cpu": cpus.to_string(), "memory": "256Mi"}}}]}
+    }))
+    .expect("pod")
+}
+
+/// Creates the pods `(name, cpus)` in `namespace`, bound to `node`.
+pub async fn create_pods(pods: &Api<Pod>, namespace: &str, node: &str, which: &[(&str, u32)]) {
+    for (name, cpus) in which {
+        pods.create(&PostParams::default(), &pod(namespace, node, name, *cpus))
+            .await
+            .expect("pod");
+    }
+}
+
+/// The NodeTopology objects (cluster-scoped, dynamic).
+pub fn nodetopologies(client: &Client) -> Api<DynamicObject> {
+    let ar = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("nodetopo.io", "v1alpha1", "NodeTopology"),
+        "nodetopologies",
+    );
+    Api::all_with(client.clone(), &ar)
+}
+
+/// Creates the Node `node`; returns its UID.
+pub async fn create_node(client: &Client, node: &str) -> String {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n: Node = serde_json::from_value(json!({"metadata": {"name": node}})).expect("node");
+    let n = nodes
+        .create(&PostParams::default(), &n)
+        .await
+        .expect("node");
+    n.metadata.uid.expect("node uid")
+}
+
+/// Applies the NodeTopology spec of `node` as the operator does (its field manager, forced):
+/// static CPU manager with CPUs 0,64 reserved, and `topology_manager` as given.
+pub async fn apply_spec(nt: &Api<DynamicObject>, node: &str, topology_manager: Value) {
+    let spec = json!({"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology",
+        "metadata": {"name": node},
+        "spec": {"cpuManager": {"policy": "static", "reservedSystemCPUs": "0,64"},
+                 "topologyManager": topology_manager}});
+    nt.patch(
+        node,
+        &PatchParams::apply(nodetopo_crds::OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(spec),
+    )
+    .await
+    .expect("spec");
+}
+
+/// CPUs available over the NUMA (`Node`) zones of a NodeResourceTopology.
+pub fn cpus_available(o: &NodeResourceTopology) -> usize {
+    o.zones
+        .iter()
+        .filter(|z| z.type_ == "Node")
+        .filter_map(|z| z.resource("cpu"))
+        .map(|r| r.available.parse::<usize>().expect("count"))
+        .sum()
+}
+
+/// Polls `get` every 200 ms until it gives an object `ok` accepts, for at most `timeout`;
+/// the failure names `what` and ends with the last lines of the agent's `log`.
+pub async fn wait_object<T, G, Fut, F>(
+    what: &str,
+    timeout: Duration,
+    log: &Path,
+    get: G,
+    ok: F,
+) -> T
+where
+    G: Fn() -> Fut,
+    Fut: Future<Output = Option<T>>,
+    F: Fn(&T) -> bool,
+{
+    let (get, ok) = (&get, &ok);
+    wait::wait_for(what, timeout, Duration::from_millis(200), || async move {
+        match get().await {
+            Some(o) if ok(&o) => Ok(o),
+            seen => Err(format!(
+                "{}; agent log:\n{}",
+                if seen.is_some() {
+                    "not as expected"
+                } else {
+                    "absent"
+                },
+                server::tail(log, 15)
+            )),
+        }
+    })
+    .await
+}
