@@ -20,7 +20,7 @@ use nodetopo_engine::devicemanager::{DeviceHints, DeviceManager, DeviceSpec};
 use nodetopo_engine::topologymanager::{TmScope, TopologyHint};
 use nodetopo_engine::Pod;
 
-use crate::generator::{gen_container, gen_machine, Machines, Rng};
+use crate::generator::{gen_capped_machine, gen_container, gen_ops, gen_tm_policy_scope, Rng};
 use crate::protocol::*;
 
 /// The case's devices in the engine's form.
@@ -320,50 +320,14 @@ pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
 /// (one in ten up to 8), no CPU options, every policy and scope, 1-6 pods with regular and
 /// sidecar init containers and 1-3 app containers, removals in between.
 fn gen_plain_case(r: &mut Rng, id: String) -> CaseJson {
-    let cap = if r.chance(10) { 8 } else { 4 };
-    let mut machine = gen_machine(r, Machines::Uniform);
-    while machine.numa.len() > cap {
-        machine = gen_machine(r, Machines::Uniform);
-    }
-    let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
-    let tm_scope = if r.chance(50) { "container" } else { "pod" };
+    let machine = gen_capped_machine(r);
+    let (tm_policy, tm_scope) = gen_tm_policy_scope(r);
     let mut tm_options = BTreeMap::new();
     if r.chance(30) {
         tm_options.insert("prefer-closest-numa-nodes".into(), "true".into());
     }
-    let mut ops = Vec::new();
-    let mut live: Vec<String> = Vec::new();
-    for p in 0..r.range(1, 6) {
-        if !live.is_empty() && r.chance(25) {
-            let i = r.range(0, live.len() - 1);
-            ops.push(OpJson {
-                op: "remove".into(),
-                pod: None,
-                uid: live.remove(i),
-            });
-        }
-        let uid = format!("pod-{p}");
-        let init = (0..r.range(0, 2))
-            .map(|i| {
-                let sidecar = r.chance(35);
-                gen_container(r, format!("init{i}"), sidecar)
-            })
-            .collect();
-        let containers = (0..r.range(1, 3))
-            .map(|i| gen_container(r, format!("app{i}"), false))
-            .collect();
-        ops.push(OpJson {
-            op: "admit".into(),
-            pod: Some(PodJson {
-                uid: uid.clone(),
-                name: format!("p{p}"),
-                init,
-                containers,
-            }),
-            uid: String::new(),
-        });
-        live.push(uid);
-    }
+    let pods = r.range(1, 6);
+    let ops = gen_ops(r, pods, 25, 35, gen_container);
     let ncpus = machine.cpus.len();
     CaseJson {
         id,

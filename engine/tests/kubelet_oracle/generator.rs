@@ -164,6 +164,70 @@ pub(crate) fn gen_container(r: &mut Rng, name: String, restartable: bool) -> Con
     }
 }
 
+/// The topology-manager policy (any of the four) and scope (even odds), in that order.
+pub(crate) fn gen_tm_policy_scope(r: &mut Rng) -> (&'static str, &'static str) {
+    let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
+    let tm_scope = if r.chance(50) { "container" } else { "pod" };
+    (tm_policy, tm_scope)
+}
+
+/// A uniform machine of up to 4 NUMA nodes, one case in ten up to 8 (drawn again until it
+/// fits).
+pub(crate) fn gen_capped_machine(r: &mut Rng) -> MachineJson {
+    let cap = if r.chance(10) { 8 } else { 4 };
+    let mut machine = gen_machine(r, Machines::Uniform);
+    while machine.numa.len() > cap {
+        machine = gen_machine(r, Machines::Uniform);
+    }
+    machine
+}
+
+/// The ops of a case: `pods` admissions of `pod-<p>` (0-2 init containers, each restartable
+/// with `restartable_pct` %, and 1-3 app containers, all made by `container`), each preceded,
+/// once some pod is live, by the removal of a random live pod with `remove_pct` %.
+pub(crate) fn gen_ops(
+    r: &mut Rng,
+    pods: usize,
+    remove_pct: u64,
+    restartable_pct: u64,
+    mut container: impl FnMut(&mut Rng, String, bool) -> ContainerJson,
+) -> Vec<OpJson> {
+    let mut ops = Vec::new();
+    let mut live: Vec<String> = Vec::new();
+    for p in 0..pods {
+        if !live.is_empty() && r.chance(remove_pct) {
+            let i = r.range(0, live.len() - 1);
+            ops.push(OpJson {
+                op: "remove".into(),
+                pod: None,
+                uid: live.remove(i),
+            });
+        }
+        let uid = format!("pod-{p}");
+        let mut init = Vec::new();
+        for i in 0..r.range(0, 2) {
+            let restartable = r.chance(restartable_pct);
+            init.push(container(r, format!("init{i}"), restartable));
+        }
+        let mut containers = Vec::new();
+        for i in 0..r.range(1, 3) {
+            containers.push(container(r, format!("app{i}"), false));
+        }
+        ops.push(OpJson {
+            op: "admit".into(),
+            pod: Some(PodJson {
+                uid: uid.clone(),
+                name: format!("p{p}"),
+                init,
+                containers,
+            }),
+            uid: String::new(),
+        });
+        live.push(uid);
+    }
+    ops
+}
+
 pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
     let machine = gen_machine(r, kinds);
     let ncpus = machine.cpus.len();
@@ -184,8 +248,7 @@ pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
     } else {
         (String::new(), r.range(1, 4.min(ncpus)))
     };
-    let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
-    let tm_scope = if r.chance(50) { "container" } else { "pod" };
+    let (tm_policy, tm_scope) = gen_tm_policy_scope(r);
     let mut tm_options = BTreeMap::new();
     if r.chance(40) {
         tm_options.insert("prefer-closest-numa-nodes".into(), "true".into());
@@ -194,40 +257,8 @@ pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
         let v = if r.chance(85) { 16 } else { 8 };
         tm_options.insert("max-allowable-numa-nodes".into(), v.to_string());
     }
-    let mut ops = Vec::new();
-    let mut live: Vec<String> = Vec::new();
     let pods = r.range(1, 8);
-    for p in 0..pods {
-        if !live.is_empty() && r.chance(20) {
-            let i = r.range(0, live.len() - 1);
-            let uid = live.remove(i);
-            ops.push(OpJson {
-                op: "remove".into(),
-                pod: None,
-                uid,
-            });
-        }
-        let uid = format!("pod-{p}");
-        let mut init = Vec::new();
-        for i in 0..r.range(0, 2) {
-            let restartable = r.chance(40);
-            init.push(gen_container(r, format!("init{i}"), restartable));
-        }
-        let containers = (0..r.range(1, 3))
-            .map(|i| gen_container(r, format!("app{i}"), false))
-            .collect();
-        ops.push(OpJson {
-            op: "admit".into(),
-            pod: Some(PodJson {
-                uid: uid.clone(),
-                name: format!("p{p}"),
-                init,
-                containers,
-            }),
-            uid: String::new(),
-        });
-        live.push(uid);
-    }
+    let ops = gen_ops(r, pods, 20, 40, gen_container);
     CaseJson {
         id,
         machine,

@@ -13,7 +13,7 @@ use nodetopo_engine::memorymanager::{MemoryHints, MemoryManager, MemoryResource,
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope, TopologyHint};
 use nodetopo_engine::Pod;
 
-use crate::generator::{gen_machine, Machines, Rng};
+use crate::generator::{gen_capped_machine, gen_ops, gen_tm_policy_scope, Rng};
 use crate::protocol::*;
 
 const MI: u64 = 1 << 20;
@@ -372,11 +372,7 @@ pub(crate) fn gen_memory_case(r: &mut Rng, id: String) -> CaseJson {
     // Up to 4 NUMA nodes, one case in ten up to 8: with memory, huge pages and CPU hints
     // the kubelet's merge walks the product of three lists of up to 2^N - 1 hints each, so
     // 8-node cases often run past the oracle's 2 s (counted and listed as timeouts).
-    let cap = if r.chance(10) { 8 } else { 4 };
-    let mut machine = gen_machine(r, Machines::Uniform);
-    while machine.numa.len() > cap {
-        machine = gen_machine(r, Machines::Uniform);
-    }
+    let mut machine = gen_capped_machine(r);
     let sizes = (r.chance(60), r.chance(35));
     for n in &mut machine.numa {
         gen_node_memory(r, n, sizes.0, sizes.1);
@@ -405,41 +401,11 @@ pub(crate) fn gen_memory_case(r: &mut Rng, id: String) -> CaseJson {
         }
     }
     let node_mem = machine.numa.iter().map(|n| n.memory).min().unwrap_or(GI);
-    let tm_policy = ["none", "best-effort", "restricted", "single-numa-node"][r.range(0, 3)];
-    let tm_scope = if r.chance(50) { "container" } else { "pod" };
-    let mut ops = Vec::new();
-    let mut live: Vec<String> = Vec::new();
-    for p in 0..r.range(1, 8) {
-        if !live.is_empty() && r.chance(25) {
-            let i = r.range(0, live.len() - 1);
-            ops.push(OpJson {
-                op: "remove".into(),
-                pod: None,
-                uid: live.remove(i),
-            });
-        }
-        let uid = format!("pod-{p}");
-        let init = (0..r.range(0, 2))
-            .map(|i| {
-                let sidecar = r.chance(35);
-                gen_mem_container(r, format!("init{i}"), sidecar, node_mem, sizes)
-            })
-            .collect();
-        let containers = (0..r.range(1, 3))
-            .map(|i| gen_mem_container(r, format!("app{i}"), false, node_mem, sizes))
-            .collect();
-        ops.push(OpJson {
-            op: "admit".into(),
-            pod: Some(PodJson {
-                uid: uid.clone(),
-                name: format!("p{p}"),
-                init,
-                containers,
-            }),
-            uid: String::new(),
-        });
-        live.push(uid);
-    }
+    let (tm_policy, tm_scope) = gen_tm_policy_scope(r);
+    let pods = r.range(1, 8);
+    let ops = gen_ops(r, pods, 25, 35, |r, name, restartable| {
+        gen_mem_container(r, name, restartable, node_mem, sizes)
+    });
     let ncpus = machine.cpus.len();
     CaseJson {
         id,
