@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_common::{apply_spec, create_node, create_pods, nodetopologies, Agent, PRESET};
+use agent_common::{apply_spec, node_with_pods, nodetopologies, Agent, PRESET};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -185,11 +185,14 @@ async fn agent_cluster_mode_against_a_real_apiserver() {
         return;
     };
     let client = cp.client();
-    create_node(&client, NODE).await;
-    let nt = nodetopologies(&client);
-    apply_spec(&nt, NODE, json!({"policy": "best-effort"})).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
+    let (_, nt, pods) = node_with_pods(
+        &client,
+        NS,
+        NODE,
+        json!({"policy": "best-effort"}),
+        &[("g-1", 4), ("g-2", 2)],
+    )
+    .await;
 
     let mut agent = start_agent(&cp, &bin, 1);
     let s = wait_status(&nt, "two allocations at generation 1", |s| {

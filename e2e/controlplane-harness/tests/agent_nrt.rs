@@ -8,11 +8,7 @@ mod agent_common;
 
 use std::time::Duration;
 
-use agent_common::{
-    apply_spec, cpus_available, create_node, create_pods, nodetopologies, start_agent, wait_object,
-    PRESET,
-};
-use k8s_openapi::api::core::v1::Pod;
+use agent_common::{cpus_available, node_with_pods, start_nrt_agent, wait_object, PRESET};
 use kube::api::{Api, DeleteParams};
 use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
@@ -29,32 +25,17 @@ async fn agent_publishes_node_resource_topology() {
     };
     cp.install_nrt_crd().await.expect("NRT CRD");
     let client = cp.client();
-    let node_uid = create_node(&client, NODE).await;
-    let nt = nodetopologies(&client);
-    apply_spec(
-        &nt,
+    let (node_uid, _, pods) = node_with_pods(
+        &client,
+        NS,
         NODE,
         json!({"policy": "single-numa-node", "scope": "pod"}),
+        &[("g-1", 4), ("g-2", 2)],
     )
     .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
 
-    let log_path = cp.dir().join("nrt-agent.log");
     let absent_socket = cp.dir().join("absent/kubelet.sock");
-    let _agent = start_agent(
-        &cp,
-        &bin,
-        NODE,
-        &cp.dir().join("nrt-agent-state"),
-        &cp.dir().join("absent/cpu_manager_state"),
-        &[
-            "--nrt".as_ref(),
-            "--pod-resources-socket".as_ref(),
-            absent_socket.as_os_str(),
-        ],
-        &log_path,
-    );
+    let (_agent, log_path) = start_nrt_agent(&cp, &bin, NODE, "nrt-agent", &absent_socket);
 
     let api: Api<NodeResourceTopology> = Api::all(client.clone());
     let both: PodFingerprint = [(NS, "g-1"), (NS, "g-2")].into_iter().collect();

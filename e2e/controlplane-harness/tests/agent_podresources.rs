@@ -12,10 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_common::{
-    apply_spec, cpus_available, create_node, create_pods, nodetopologies, start_agent, wait_object,
-};
-use k8s_openapi::api::core::v1::Pod;
+use agent_common::{cpus_available, node_with_pods, start_nrt_agent, wait_object};
 use kube::api::{Api, DynamicObject};
 use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
@@ -105,16 +102,14 @@ async fn agent_publishes_what_podresources_reports() {
     };
     cp.install_nrt_crd().await.expect("NRT CRD");
     let client = cp.client();
-    create_node(&client, NODE).await;
-    let nt = nodetopologies(&client);
-    apply_spec(
-        &nt,
+    let (_, nt, _) = node_with_pods(
+        &client,
+        NS,
         NODE,
         json!({"policy": "single-numa-node", "scope": "pod"}),
+        &[("g-1", 4), ("g-2", 2)],
     )
     .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    create_pods(&pods, NS, NODE, &[("g-1", 4), ("g-2", 2)]).await;
 
     // The kubelet: CPUs of its own choosing (not nodetopo's first-fit ones), two GPUs on
     // NUMA node 0, one of them g-1's.
@@ -141,20 +136,7 @@ async fn agent_publishes_what_podresources_reports() {
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
     );
 
-    let log_path = cp.dir().join("podres-agent.log");
-    let _agent = start_agent(
-        &cp,
-        &bin,
-        NODE,
-        &cp.dir().join("podres-agent-state"),
-        &cp.dir().join("absent/cpu_manager_state"),
-        &[
-            "--nrt".as_ref(),
-            "--pod-resources-socket".as_ref(),
-            socket.as_os_str(),
-        ],
-        &log_path,
-    );
+    let (_agent, log_path) = start_nrt_agent(&cp, &bin, NODE, "podres-agent", &socket);
 
     let api: Api<NodeResourceTopology> = Api::all(client.clone());
     let (api_ref, nt_ref) = (&api, &nt);

@@ -158,3 +158,47 @@ where
     })
     .await
 }
+
+/// Starts the agent with `--nrt` and the kubelet's PodResources socket at `socket`, with no
+/// kubelet checkpoint, its state in `<tag>-state` and its log in `<tag>.log` under the
+/// control plane's directory; returns it with the log's path.
+pub fn start_nrt_agent(
+    cp: &ControlPlane,
+    bin: &Path,
+    node: &str,
+    tag: &str,
+    socket: &Path,
+) -> (Agent, std::path::PathBuf) {
+    let log = cp.dir().join(format!("{tag}.log"));
+    let agent = start_agent(
+        cp,
+        bin,
+        node,
+        &cp.dir().join(format!("{tag}-state")),
+        &cp.dir().join("absent/cpu_manager_state"),
+        &[
+            "--nrt".as_ref(),
+            "--pod-resources-socket".as_ref(),
+            socket.as_os_str(),
+        ],
+        &log,
+    );
+    (agent, log)
+}
+
+/// The Node `node` (its UID returned), its NodeTopology spec with `topology_manager`, and
+/// the pods `(name, cpus)` in `namespace` bound to it; returns the UID and both APIs.
+pub async fn node_with_pods(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+    topology_manager: Value,
+    which: &[(&str, u32)],
+) -> (String, Api<DynamicObject>, Api<Pod>) {
+    let uid = create_node(client, node).await;
+    let nt = nodetopologies(client);
+    apply_spec(&nt, node, topology_manager).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    create_pods(&pods, namespace, node, which).await;
+    (uid, nt, pods)
+}
