@@ -17,18 +17,11 @@ pub fn router(metrics: Arc<Metrics>, ready: Readiness) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
+        nodetopo_runtime::admin::http_get(addr, path)
+            .await
+            .expect("admin server answers")
     }
 
     #[tokio::test]

@@ -99,21 +99,24 @@ pub async fn spawn(addr: &str, router: Router) -> std::io::Result<tokio::task::J
     }))
 }
 
+/// One plain HTTP/1.1 GET against an admin server, answered as the raw response text (status
+/// line, headers, body). For tests of both binaries' admin endpoints.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
+        http_get(addr, path).await.expect("admin server answers")
     }
 
     #[tokio::test]
