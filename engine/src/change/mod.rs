@@ -449,52 +449,16 @@ pub fn plan_change(input: ChangeInput<'_>) -> Result<ChangePlan, ChangeError> {
     let mut state = input.state.map(|s| s.state.clone());
     let mut evict: BTreeMap<String, Vec<String>> = BTreeMap::new(); // uid -> reasons
     if let (Some(policy), Some(st)) = (&desired.policy, state.as_ref()) {
-        let machine = input.topology.all_cpus();
-        let reserved = policy.reserved().clone();
-        for (uid, containers) in &st.assignments {
-            for (container, cpus) in containers {
-                let taken = cpus.intersection(&reserved);
-                if !taken.is_empty() {
-                    evict.entry(uid.clone()).or_default().push(format!(
-                        "container {container} holds CPUs {taken} that the new reserved set \"{reserved}\" takes"
-                    ));
-                }
-                let gone = cpus.difference(&machine);
-                if !gone.is_empty() {
-                    evict.entry(uid.clone()).or_default().push(format!(
-                        "container {container} holds CPUs {gone} that this machine does not have online"
-                    ));
-                }
-            }
-        }
+        held_reserved_or_offline(input.topology, policy, st, &mut evict);
         if !config_changes.is_empty() {
             tm_readmission(&input, &desired, st, &names, &mut evict);
         }
         non_conforming_smt(&input, &desired, st, &names, &mut non_conforming);
     }
     if !evict.is_empty() {
-        let pods: Vec<String> = evict.keys().map(|u| names.name(u)).collect();
-        let reasons: Vec<String> = evict
-            .iter()
-            .map(|(u, r)| format!("{}: {}", names.name(u), r.join("; ")))
-            .collect();
-        steps.push(PlanStep {
-            class: ChangeClass::EvictFirst,
-            reason: format!(
-                "the new configuration cannot keep these exclusive assignments ({}); evict through the Eviction API and wait until the kubelet has released their CPUs",
-                reasons.join(" | ")
-            ),
-            pods,
-        });
+        steps.push(evict_first_step(&evict, &names));
         if let Some(st) = state.as_mut() {
-            // What the kubelet's RemoveContainer does for each evicted container.
-            for uid in evict.keys() {
-                if let Some(cs) = st.assignments.remove(uid) {
-                    for cpus in cs.values() {
-                        st.default_cpuset = st.default_cpuset.union(cpus);
-                    }
-                }
-            }
+            release_evicted(st, &evict);
         }
     }
 
@@ -502,82 +466,26 @@ pub fn plan_change(input: ChangeInput<'_>) -> Result<ChangePlan, ChangeError> {
         policy_name: state_policy.to_string(),
         state: st.clone(),
     });
-    let start = kubelet_start(&desired, after_evictions.as_ref());
-    let mut new_state = None;
-    let expected = match start {
+    let (new_state, expected) = match kubelet_start(&desired, after_evictions.as_ref()) {
         Ok(st) => {
-            if config_changes.is_empty() && evict.is_empty() {
-                steps.push(PlanStep {
-                    class: ChangeClass::NoChange,
-                    reason:
-                        "the kubelet already runs the desired configuration and its state is valid"
-                            .into(),
-                    pods: vec![],
-                });
-            } else {
-                steps.push(PlanStep {
-                    class: ChangeClass::RestartOnly,
-                    reason: restart_only_reason(input.current, input.desired, &desired),
-                    pods: vec![],
-                });
-            }
-            st
+            steps.push(restart_step(
+                &input,
+                &desired,
+                config_changes.is_empty() && evict.is_empty(),
+            ));
+            (None, st)
         }
         Err(refusal) => {
-            let Some(policy) = &desired.policy else {
-                return Err(ChangeError::Internal(refusal));
-            };
-            let st = after_evictions.as_ref().map(|s| &s.state);
-            let repaired = repair_state(policy, st.cloned().unwrap_or_default());
-            let Some(repaired) = repaired else {
-                let holders: Vec<String> = st
-                    .map(|s| s.assignments.keys().map(|u| names.name(u)).collect())
-                    .unwrap_or_default();
-                steps.push(PlanStep {
-                    class: ChangeClass::Drain,
-                    reason: format!(
-                        "with strict-cpu-reservation and reserved CPUs \"{}\" the exclusive assignments leave no shared CPU, which the kubelet refuses (\"default cpuset cannot be empty\"); drain, delete the state and restart",
-                        policy.reserved()
-                    ),
-                    pods: holders,
-                });
-                let fresh = KubeletCpuState {
-                    policy_name: new_policy.to_string(),
-                    state: CpuState::default(),
-                };
-                let expected =
-                    kubelet_start(&desired, Some(&fresh)).map_err(ChangeError::Internal)?;
-                return Ok(finish(
-                    config_changes,
-                    steps,
-                    non_conforming,
-                    Some(fresh),
-                    expected,
-                ));
-            };
-            let why = if config_changes.is_empty() {
-                format!(
-                    "the state is inconsistent (kubernetes#136604) and the kubelet would refuse it at its next start: {refusal}"
-                )
-            } else {
-                format!("the kubelet would refuse today's state under the new configuration ({refusal})")
-            };
-            steps.push(PlanStep {
-                class: ChangeClass::RewriteState,
-                reason: format!(
-                    "{why}; rewrite it with shared pool \"{}\" (assignments kept), then restart",
-                    repaired.default_cpuset
-                ),
-                pods: vec![],
-            });
-            let written = KubeletCpuState {
-                policy_name: new_policy.to_string(),
-                state: repaired,
-            };
-            let expected =
-                kubelet_start(&desired, Some(&written)).map_err(ChangeError::Internal)?;
-            new_state = Some(written);
-            expected
+            let (step, written, expected) = rewrite_or_drain(
+                &desired,
+                &names,
+                after_evictions.as_ref().map(|s| &s.state),
+                &config_changes,
+                new_policy,
+                refusal,
+            )?;
+            steps.push(step);
+            (Some(written), expected)
         }
     };
     Ok(finish(
@@ -587,6 +495,140 @@ pub fn plan_change(input: ChangeInput<'_>) -> Result<ChangePlan, ChangeError> {
         new_state,
         expected,
     ))
+}
+
+/// Records, for every container whose exclusive CPUs the kubelet could no longer keep under
+/// `policy` (CPUs the new reserved set takes, or CPUs this machine does not have online),
+/// why its pod has to be evicted first.
+fn held_reserved_or_offline(
+    topology: &CpuTopology,
+    policy: &StaticPolicy,
+    st: &CpuState,
+    evict: &mut BTreeMap<String, Vec<String>>,
+) {
+    let machine = topology.all_cpus();
+    let reserved = policy.reserved().clone();
+    for (uid, containers) in &st.assignments {
+        for (container, cpus) in containers {
+            let taken = cpus.intersection(&reserved);
+            if !taken.is_empty() {
+                evict.entry(uid.clone()).or_default().push(format!(
+                    "container {container} holds CPUs {taken} that the new reserved set \"{reserved}\" takes"
+                ));
+            }
+            let gone = cpus.difference(&machine);
+            if !gone.is_empty() {
+                evict.entry(uid.clone()).or_default().push(format!(
+                    "container {container} holds CPUs {gone} that this machine does not have online"
+                ));
+            }
+        }
+    }
+}
+
+/// The evict-first step: which pods go (by name) and, for each, why it cannot stay.
+fn evict_first_step(evict: &BTreeMap<String, Vec<String>>, names: &PodNames<'_>) -> PlanStep {
+    let pods: Vec<String> = evict.keys().map(|u| names.name(u)).collect();
+    let reasons: Vec<String> = evict
+        .iter()
+        .map(|(u, r)| format!("{}: {}", names.name(u), r.join("; ")))
+        .collect();
+    PlanStep {
+        class: ChangeClass::EvictFirst,
+        reason: format!(
+            "the new configuration cannot keep these exclusive assignments ({}); evict through the Eviction API and wait until the kubelet has released their CPUs",
+            reasons.join(" | ")
+        ),
+        pods,
+    }
+}
+
+/// The state once the evicted pods are gone: what the kubelet's `RemoveContainer` does for
+/// each evicted container (its CPUs go back to the shared pool).
+fn release_evicted(st: &mut CpuState, evict: &BTreeMap<String, Vec<String>>) {
+    for uid in evict.keys() {
+        if let Some(cs) = st.assignments.remove(uid) {
+            for cpus in cs.values() {
+                st.default_cpuset = st.default_cpuset.union(cpus);
+            }
+        }
+    }
+}
+
+/// The step when the kubelet accepts the state as it is: nothing to do when neither the
+/// configuration nor the pods change (`unchanged`), else a plain restart.
+fn restart_step(input: &ChangeInput<'_>, desired: &CheckedConfig, unchanged: bool) -> PlanStep {
+    if unchanged {
+        PlanStep {
+            class: ChangeClass::NoChange,
+            reason: "the kubelet already runs the desired configuration and its state is valid"
+                .into(),
+            pods: vec![],
+        }
+    } else {
+        PlanStep {
+            class: ChangeClass::RestartOnly,
+            reason: restart_only_reason(input.current, input.desired, desired),
+            pods: vec![],
+        }
+    }
+}
+
+/// The step when the kubelet would refuse the state (after evictions) with `refusal`:
+/// rewrite it with a recomputed shared pool when that keeps every assignment, else drain
+/// and start from an empty state. Returns the step, the state to write and the state the
+/// kubelet then starts with.
+fn rewrite_or_drain(
+    desired: &CheckedConfig,
+    names: &PodNames<'_>,
+    st: Option<&CpuState>,
+    config_changes: &[String],
+    new_policy: &str,
+    refusal: String,
+) -> Result<(PlanStep, KubeletCpuState, CpuState), ChangeError> {
+    let Some(policy) = &desired.policy else {
+        return Err(ChangeError::Internal(refusal));
+    };
+    let Some(repaired) = repair_state(policy, st.cloned().unwrap_or_default()) else {
+        let holders: Vec<String> = st
+            .map(|s| s.assignments.keys().map(|u| names.name(u)).collect())
+            .unwrap_or_default();
+        let step = PlanStep {
+            class: ChangeClass::Drain,
+            reason: format!(
+                "with strict-cpu-reservation and reserved CPUs \"{}\" the exclusive assignments leave no shared CPU, which the kubelet refuses (\"default cpuset cannot be empty\"); drain, delete the state and restart",
+                policy.reserved()
+            ),
+            pods: holders,
+        };
+        let fresh = KubeletCpuState {
+            policy_name: new_policy.to_string(),
+            state: CpuState::default(),
+        };
+        let expected = kubelet_start(desired, Some(&fresh)).map_err(ChangeError::Internal)?;
+        return Ok((step, fresh, expected));
+    };
+    let why = if config_changes.is_empty() {
+        format!(
+            "the state is inconsistent (kubernetes#136604) and the kubelet would refuse it at its next start: {refusal}"
+        )
+    } else {
+        format!("the kubelet would refuse today's state under the new configuration ({refusal})")
+    };
+    let step = PlanStep {
+        class: ChangeClass::RewriteState,
+        reason: format!(
+            "{why}; rewrite it with shared pool \"{}\" (assignments kept), then restart",
+            repaired.default_cpuset
+        ),
+        pods: vec![],
+    };
+    let written = KubeletCpuState {
+        policy_name: new_policy.to_string(),
+        state: repaired,
+    };
+    let expected = kubelet_start(desired, Some(&written)).map_err(ChangeError::Internal)?;
+    Ok((step, written, expected))
 }
 
 fn finish(
