@@ -182,52 +182,18 @@ pub fn merge_tuned(
     providers: &[ProviderHints],
     tuning: Tuning,
 ) -> Result<MergeResult, TmError> {
-    let budget = tuning.budget;
     if policy == TmPolicy::None {
         let (hint, admit) = finish(policy, numa, None);
         return Ok(MergeResult { hint, admit });
     }
     let machine = numa.default_affinity();
-    let mut lists = flatten(providers, machine);
-    if policy == TmPolicy::SingleNumaNode {
-        // The single-NUMA filter leaves at most N one-node hints per list: explicit lists.
-        lists = lists
-            .into_iter()
-            .map(|l| match l {
-                List::Hints(h) => List::Hints(Cow::Owned(filter_single_numa(&h))),
-                List::Source(s) => List::Hints(Cow::Owned(filter_single_numa_source(s, machine))),
-            })
-            .collect();
-    }
+    let lists = policy_lists(policy, providers, machine);
     let budget = Budget {
-        limit: budget,
+        limit: tuning.budget,
         used: Cell::new(0),
         out: Cell::new(false),
     };
-    let mut explicit = Vec::new();
-    let mut sources = Vec::new();
-    let mut t: Option<u32> = None;
-    for l in &lists {
-        let narrowest = match l {
-            List::Hints(h) => {
-                explicit.push(Explicit::new(h));
-                narrowest_count(h)
-            }
-            List::Source(s) => {
-                let width = s.min_width(machine);
-                sources.push(Source {
-                    s: *s,
-                    machine,
-                    width: width.unwrap_or(0),
-                    monotone: OnceCell::new(),
-                    whole: OnceCell::new(),
-                    budget: &budget,
-                });
-                width
-            }
-        };
-        t = t.max(narrowest);
-    }
+    let (explicit, mut sources, t) = split_lists(&lists, machine, &budget);
     let chooser = Chooser::new(
         numa,
         policy,
@@ -264,22 +230,91 @@ pub fn merge_tuned(
         }),
     };
     if budget.out.get() {
-        return Err(TmError::MergeBudgetExceeded {
-            budget: budget.limit,
-            nodes: machine.count(),
-            lists: lists.len(),
-            sources: sources.len(),
-            hints: lists
-                .iter()
-                .map(|l| match l {
-                    List::Hints(h) => h.len(),
-                    List::Source(_) => 0,
-                })
-                .sum(),
-        });
+        return Err(budget_exceeded(&budget, machine, &lists, sources.len()));
     }
     let (hint, admit) = finish(policy, numa, best);
     Ok(MergeResult { hint, admit })
+}
+
+/// The providers' hint lists as the merge sees them: flattened (nil or empty maps and nil
+/// lists are don't-cares), and under single-numa-node reduced to their one-node preferred
+/// hints, which leaves at most N hints per list, so every list becomes explicit.
+#[inline]
+fn policy_lists<'a>(
+    policy: TmPolicy,
+    providers: &'a [ProviderHints],
+    machine: NumaMask,
+) -> Vec<List<'a>> {
+    let lists = flatten(providers, machine);
+    if policy != TmPolicy::SingleNumaNode {
+        return lists;
+    }
+    lists
+        .into_iter()
+        .map(|l| match l {
+            List::Hints(h) => List::Hints(Cow::Owned(filter_single_numa(&h))),
+            List::Source(s) => List::Hints(Cow::Owned(filter_single_numa_source(s, machine))),
+        })
+        .collect()
+}
+
+/// Sorts the lists into explicit ones and implicit sources (in input order) and finds the
+/// kubelet's `T`: the largest of the lists' narrowest hint widths (`None` when no list has
+/// a non-nil hint).
+#[inline]
+fn split_lists<'a>(
+    lists: &'a [List<'a>],
+    machine: NumaMask,
+    budget: &'a Budget,
+) -> (Vec<Explicit>, Vec<Source<'a>>, Option<u32>) {
+    let mut explicit = Vec::new();
+    let mut sources = Vec::new();
+    let mut t: Option<u32> = None;
+    for l in lists {
+        let narrowest = match l {
+            List::Hints(h) => {
+                explicit.push(Explicit::new(h));
+                narrowest_count(h)
+            }
+            List::Source(s) => {
+                let width = s.min_width(machine);
+                sources.push(Source {
+                    s: *s,
+                    machine,
+                    width: width.unwrap_or(0),
+                    monotone: OnceCell::new(),
+                    whole: OnceCell::new(),
+                    budget,
+                });
+                width
+            }
+        };
+        t = t.max(narrowest);
+    }
+    (explicit, sources, t)
+}
+
+/// The error of a merge that ran out of `budget`, naming the input's sizes.
+#[cold]
+fn budget_exceeded(
+    budget: &Budget,
+    machine: NumaMask,
+    lists: &[List<'_>],
+    sources: usize,
+) -> TmError {
+    TmError::MergeBudgetExceeded {
+        budget: budget.limit,
+        nodes: machine.count(),
+        lists: lists.len(),
+        sources,
+        hints: lists
+            .iter()
+            .map(|l| match l {
+                List::Hints(h) => h.len(),
+                List::Source(_) => 0,
+            })
+            .sum(),
+    }
 }
 
 /// The merge's work counter. Once exhausted, every source call answers "no hint" and every
