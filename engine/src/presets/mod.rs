@@ -159,21 +159,43 @@ pub fn build(name: &str) -> Result<CpuTopology, PresetError> {
 
 /// The sysfs model of the preset `name` (what its `/sys` would say).
 pub fn model(name: &str) -> Result<MachineModel, PresetError> {
-    let amd2p = Slit {
+    if name == "core-i7-12850hx" {
+        return Ok(alder_lake_hx());
+    }
+    let recipe = amd_recipe(name)
+        .or_else(|| intel_recipe(name))
+        .or_else(|| other_recipe(name))
+        .ok_or_else(|| PresetError::Unknown {
+            name: name.to_string(),
+            valid: PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    Ok(recipe.model())
+}
+
+/// The SLIT of the AMD presets: 10 self, 12 same socket, 32 other socket.
+fn amd_slit() -> Slit {
+    Slit {
         same_group: None,
         same_socket: 12,
         remote: 32,
-    };
-    let intel_snc = Slit {
-        same_group: None,
-        same_socket: 12,
-        remote: 21,
-    };
-    let genoa_ids = L3Ids::PerSocketTable {
+    }
+}
+
+/// Genoa's L3 ids: the APIC-derived order of a real 2x9654 cpuid dump, +16 per socket.
+fn genoa_ids() -> L3Ids {
+    L3Ids::PerSocketTable {
         ids: vec![0, 4, 8, 2, 6, 10, 3, 7, 11, 1, 5, 9],
         stride: 16,
-    };
-    let one_socket = |cores: usize, threads: usize, l3: L3, ids: L3Ids, size: Option<u64>| Recipe {
+    }
+}
+
+/// A one-socket, one-node machine (AMD SLIT), SMT-split numbered when it has SMT.
+fn one_socket(cores: usize, threads: usize, l3: L3, ids: L3Ids, size: Option<u64>) -> Recipe {
+    Recipe {
         sockets: 1,
         cores_per_socket: cores,
         threads,
@@ -186,79 +208,80 @@ pub fn model(name: &str) -> Result<MachineModel, PresetError> {
         l3,
         l3_ids: ids,
         l3_size: size,
-        slit: amd2p.clone(),
+        slit: amd_slit(),
         node_memory: None,
-    };
-    let epyc_2p =
-        |cores: usize, threads: usize, node_cores: Vec<usize>, ids: L3Ids, size: u64| Recipe {
-            sockets: 2,
-            cores_per_socket: cores,
-            threads,
-            numbering: Numbering::SmtSplit,
-            node_cores,
-            l3: L3::Blocks(8),
-            l3_ids: ids,
-            l3_size: Some(size),
-            slit: amd2p.clone(),
-            node_memory: None,
-        };
-    let recipe = match name {
+    }
+}
+
+/// A two-socket EPYC: SMT-split numbering, an L3 per 8 cores, `node_cores` per node.
+fn epyc_2p(cores: usize, threads: usize, node_cores: Vec<usize>, ids: L3Ids, size: u64) -> Recipe {
+    Recipe {
+        sockets: 2,
+        cores_per_socket: cores,
+        threads,
+        numbering: Numbering::SmtSplit,
+        node_cores,
+        l3: L3::Blocks(8),
+        l3_ids: ids,
+        l3_size: Some(size),
+        slit: amd_slit(),
+        node_memory: None,
+    }
+}
+
+/// The AMD EPYC presets (`None`: not one of them).
+fn amd_recipe(name: &str) -> Option<Recipe> {
+    Some(match name {
         "kep-4800-example" => one_socket(16, 1, L3::Blocks(8), L3Ids::Seq, None),
         "epyc-7702p" => one_socket(64, 2, L3::Blocks(4), L3Ids::Seq, Some(16 * MIB)),
         "epyc-7303-2p" => epyc_2p(16, 2, vec![16], L3Ids::Seq, 32 * MIB),
         "epyc-7513-2p" => epyc_2p(32, 2, vec![32], L3Ids::Seq, 32 * MIB),
         "epyc-9754" => one_socket(128, 2, L3::Blocks(8), L3Ids::Seq, Some(16 * MIB)),
         "epyc-9754-2p" => epyc_2p(128, 2, vec![128], L3Ids::Seq, 16 * MIB),
-        "epyc-9654-2p-nps2" => epyc_2p(96, 1, vec![48, 48], genoa_ids, 32 * MIB),
-        "epyc-9654-2p-nps4" => epyc_2p(96, 2, vec![24; 4], genoa_ids, 32 * MIB),
+        "epyc-9654-2p-nps2" => epyc_2p(96, 1, vec![48, 48], genoa_ids(), 32 * MIB),
+        "epyc-9654-2p-nps4" => epyc_2p(96, 2, vec![24; 4], genoa_ids(), 32 * MIB),
         "epyc-9654-2p-l3-as-numa" => Recipe {
             slit: Slit {
                 same_group: Some((3, 11)),
-                ..amd2p.clone()
+                ..amd_slit()
             },
-            ..epyc_2p(96, 2, vec![8; 12], genoa_ids, 32 * MIB)
+            ..epyc_2p(96, 2, vec![8; 12], genoa_ids(), 32 * MIB)
         },
-        "xeon-8490h-2p-snc4" | "xeon-8490h-2p-snc2" => Recipe {
-            sockets: 2,
-            cores_per_socket: 60,
-            threads: 2,
-            numbering: Numbering::SmtSplit,
-            node_cores: if name.ends_with("snc4") {
-                vec![15; 4]
-            } else {
-                vec![30; 2]
-            },
-            l3: L3::PerSocket,
-            l3_ids: L3Ids::Seq,
-            l3_size: Some(115_200 * KIB),
-            slit: intel_snc,
-            node_memory: None,
+        _ => return None,
+    })
+}
+
+/// The Intel Xeon presets with sub-NUMA clustering (`None`: not one of them): SMT-split
+/// numbering, one L3 per socket, SLIT 10/12/21.
+fn intel_recipe(name: &str) -> Option<Recipe> {
+    let (sockets, cores_per_socket, node_cores, l3_size) = match name {
+        "xeon-8490h-2p-snc4" => (2, 60, vec![15; 4], 115_200 * KIB),
+        "xeon-8490h-2p-snc2" => (2, 60, vec![30; 2], 115_200 * KIB),
+        "xeon-6980p-2p-snc3" => (2, 128, vec![43, 43, 42], 504 * MIB),
+        "xeon-6-4p-snc3" => (4, 72, vec![24; 3], 432 * MIB),
+        _ => return None,
+    };
+    Some(Recipe {
+        sockets,
+        cores_per_socket,
+        threads: 2,
+        numbering: Numbering::SmtSplit,
+        node_cores,
+        l3: L3::PerSocket,
+        l3_ids: L3Ids::Seq,
+        l3_size: Some(l3_size),
+        slit: Slit {
+            same_group: None,
+            same_socket: 12,
+            remote: 21,
         },
-        "xeon-6980p-2p-snc3" => Recipe {
-            sockets: 2,
-            cores_per_socket: 128,
-            threads: 2,
-            numbering: Numbering::SmtSplit,
-            node_cores: vec![43, 43, 42],
-            l3: L3::PerSocket,
-            l3_ids: L3Ids::Seq,
-            l3_size: Some(504 * MIB),
-            slit: intel_snc,
-            node_memory: None,
-        },
-        "xeon-6-4p-snc3" => Recipe {
-            sockets: 4,
-            cores_per_socket: 72,
-            threads: 2,
-            numbering: Numbering::SmtSplit,
-            node_cores: vec![24; 3],
-            l3: L3::PerSocket,
-            l3_ids: L3Ids::Seq,
-            l3_size: Some(432 * MIB),
-            slit: intel_snc,
-            node_memory: None,
-        },
-        "core-i7-12850hx" => return Ok(alder_lake_hx()),
+        node_memory: None,
+    })
+}
+
+/// The Arm and synthetic presets (`None`: not one of them).
+fn other_recipe(name: &str) -> Option<Recipe> {
+    Some(match name {
         "ampere-altra-128c" => one_socket(128, 1, L3::None, L3Ids::Absent, None),
         "ampere-altra-128c-kep-shape" => one_socket(128, 1, L3::Blocks(8), L3Ids::Seq, None),
         "graviton3" => one_socket(64, 1, L3::PerSocket, L3Ids::Absent, Some(32 * MIB)),
@@ -273,22 +296,12 @@ pub fn model(name: &str) -> Result<MachineModel, PresetError> {
             l3_size: Some(16 * MIB),
             slit: Slit {
                 same_group: Some((4, 11)),
-                ..amd2p.clone()
+                ..amd_slit()
             },
             node_memory: Some(16 * GIB),
         },
-        _ => {
-            return Err(PresetError::Unknown {
-                name: name.to_string(),
-                valid: PRESETS
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-        }
-    };
-    Ok(recipe.model())
+        _ => return None,
+    })
 }
 
 /// i7-12850HX: P-cores with adjacent siblings (cpu 2k, 2k+1), then eight single-thread
