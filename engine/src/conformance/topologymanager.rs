@@ -289,16 +289,7 @@ fn eval_bitmask(c: &Value) -> Res<Option<String>> {
         "is_narrower_than" => Value::Bool(a()?.is_narrower_than(b()?)),
         "is_less_than" => Value::Bool(a()?.is_less_than(b()?)),
         "is_equal" => Value::Bool(a()? == b()?),
-        "and" | "or" => {
-            let ms = masks()?;
-            let mut it = ms.into_iter();
-            let first = it.next().unwrap_or(NumaMask::EMPTY);
-            let r = it.fold(
-                first,
-                |acc, m| if op == "and" { acc.and(m) } else { acc.or(m) },
-            );
-            ids_value(r)
-        }
+        "and" | "or" => ids_value(fold_masks(op == "and", masks()?)),
         "count" => Value::from(a()?.count()),
         "get_bits" => ids_value(a()?),
         "is_empty" => Value::Bool(a()?.is_empty()),
@@ -342,34 +333,45 @@ fn eval_bitmask(c: &Value) -> Res<Option<String>> {
             }
             Err(_) => Value::Null,
         },
-        "iterate_count" | "iterate_order" => {
-            let ids: Vec<usize> = bits()?
-                .into_iter()
-                .map(|b| {
-                    usize::try_from(b)
-                        .ok()
-                        .filter(|b| *b < 64)
-                        .ok_or(format!("bit {b} out of range"))
-                })
-                .collect::<Res<_>>()?;
-            if ids.len() > 24 {
-                return Err(format!(
-                    "iterating {} bits would visit 2^{} masks; at most 24 bits",
-                    ids.len(),
-                    ids.len()
-                ));
-            }
-            let mut seen = Vec::new();
-            mask::iterate_bit_masks(&ids, |m| seen.push(m));
-            if op == "iterate_count" {
-                Value::from(seen.len())
-            } else {
-                Value::Array(seen.into_iter().map(ids_value).collect())
-            }
-        }
+        "iterate_count" | "iterate_order" => iterate_masks(op == "iterate_count", bits()?)?,
         other => return Err(format!("unknown bitmask op {other:?}")),
     };
     Ok((&got != expect).then(|| format!("expected {expect}, got {got}")))
+}
+
+/// The kubelet's `And` (`and`) or `Or` of `masks` in order; no mask is the empty mask.
+fn fold_masks(and: bool, masks: Vec<NumaMask>) -> NumaMask {
+    let mut it = masks.into_iter();
+    let first = it.next().unwrap_or(NumaMask::EMPTY);
+    it.fold(first, |acc, m| if and { acc.and(m) } else { acc.or(m) })
+}
+
+/// The masks `IterateBitMasks` visits over the NUMA ids `bits`: their count (`count`) or
+/// the masks in visiting order. Refuses ids outside 0..64 and more than 24 bits.
+fn iterate_masks(count: bool, bits: Vec<i64>) -> Res<Value> {
+    let ids: Vec<usize> = bits
+        .into_iter()
+        .map(|b| {
+            usize::try_from(b)
+                .ok()
+                .filter(|b| *b < 64)
+                .ok_or(format!("bit {b} out of range"))
+        })
+        .collect::<Res<_>>()?;
+    if ids.len() > 24 {
+        return Err(format!(
+            "iterating {} bits would visit 2^{} masks; at most 24 bits",
+            ids.len(),
+            ids.len()
+        ));
+    }
+    let mut seen = Vec::new();
+    mask::iterate_bit_masks(&ids, |m| seen.push(m));
+    Ok(if count {
+        Value::from(seen.len())
+    } else {
+        Value::Array(seen.into_iter().map(ids_value).collect())
+    })
 }
 
 fn ids_value(m: NumaMask) -> Value {
