@@ -2,7 +2,7 @@
 //! monotonicity), derived from the structure of the Memory Manager's hint set instead of an
 //! enumeration of masks.
 
-use super::{min_affinity, MemoryHintSource};
+use super::hints::{min_affinity, MemoryHintSource};
 use crate::topologymanager::{NumaMask, TopologyHint};
 
 impl MemoryHintSource {

@@ -2,6 +2,7 @@ use super::*;
 use crate::cpuset::CpuSet;
 use crate::pod::ResourceList;
 use crate::topology::{CpuInfo, NumaNode};
+use crate::topologymanager::TopologyHint;
 
 const GI: u64 = 1 << 30;
 
