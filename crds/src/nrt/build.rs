@@ -245,15 +245,50 @@ pub fn whole_free_cores(topology: &CpuTopology, free: &CpuSet) -> CpuSet {
 /// Builds the object. See the module documentation.
 pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
     let t = input.topology;
+    let reserved = input.cpu.reserved();
+    let (countable, cpu_available_mode) = countable_cpus(input)?;
+    let node_ids: Vec<usize> = t.numa_nodes().iter().map(|n| n.id).collect();
+    check_memory_and_device_nodes(input, &node_ids)?;
+    let mut zones = numa_zones(input, &node_ids, &countable);
+    zones.extend(l3_zones(t, reserved, &countable));
+    let attributes = node_attributes(input, cpu_available_mode);
+    let tm = input.topology_manager;
+    let owner_references = input.node_uid.map(|uid| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: input.node_name.to_string(),
+            uid: uid.to_string(),
+            ..Default::default()
+        }]
+    });
+    Ok(NodeResourceTopology {
+        api_version: API_VERSION.into(),
+        kind: KIND.into(),
+        metadata: ObjectMeta {
+            name: Some(input.node_name.to_string()),
+            owner_references,
+            ..Default::default()
+        },
+        topology_policies: vec![legacy_policy(tm.policy, tm.scope).to_string()],
+        zones,
+        attributes,
+    })
+}
+
+/// The CPUs that are neither reserved nor exclusive, and of those the ones `available`
+/// counts (whole cores under full-pcpus-only), with the name of that counting mode.
+/// Refuses reserved or exclusive CPUs that are not online, and CPUs both reserved and
+/// exclusive.
+fn countable_cpus(input: &NrtInput<'_>) -> Result<(CpuSet, &'static str), NrtError> {
+    let t = input.topology;
     let online = t.all_cpus();
     let reserved = input.cpu.reserved();
     let unknown = reserved.difference(&online);
     if !unknown.is_empty() {
         return Err(NrtError::UnknownReserved(unknown.to_string()));
     }
-    // The CPUs that are neither reserved nor exclusive, and the ones of those `available`
-    // counts (whole cores under full-pcpus-only).
-    let (countable, cpu_available_mode) = match &input.cpu {
+    Ok(match &input.cpu {
         CpuAccounting::PolicyNone { .. } => (online.difference(reserved), "not-pinned"),
         CpuAccounting::Static {
             exclusive, options, ..
@@ -273,16 +308,18 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
                 (free, "cpus")
             }
         }
-    };
+    })
+}
+
+/// Refuses memory tables and devices that name a NUMA node outside `node_ids`.
+fn check_memory_and_device_nodes(input: &NrtInput<'_>, node_ids: &[usize]) -> Result<(), NrtError> {
     if let Some(mem) = input.memory {
         for id in mem.keys() {
-            if !t.numa_nodes().iter().any(|n| n.id == *id) {
+            if !node_ids.contains(id) {
                 return Err(NrtError::UnknownMemoryNode(*id));
             }
         }
     }
-
-    let node_ids: Vec<usize> = t.numa_nodes().iter().map(|n| n.id).collect();
     for (resource, devs) in &input.devices.allocatable {
         for (device, nodes) in devs {
             if let Some(node) = nodes.iter().find(|n| !node_ids.contains(n)) {
@@ -294,9 +331,15 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
             }
         }
     }
+    Ok(())
+}
+
+/// One zone per NUMA node: its distance costs, its CPU list and its `cpu`, memory, huge
+/// page and device resources (`countable`: the CPUs `available` counts).
+fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> Vec<Zone> {
+    let reserved = input.cpu.reserved();
     let mut zones = Vec::new();
-    for n in t.numa_nodes() {
-        let name = numa_zone_name(n.id);
+    for n in input.topology.numa_nodes() {
         let costs = match &n.distances {
             Some(row) => node_ids
                 .iter()
@@ -311,12 +354,12 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
         let mut resources = vec![cpu_resource(
             n.cpus.len(),
             n.cpus.difference(reserved).len(),
-            n.cpus.intersection(&countable).len(),
+            n.cpus.intersection(countable).len(),
         )];
         resources.extend(memory_resources(n, input.memory.and_then(|m| m.get(&n.id))));
         resources.extend(device_resources(n.id, input.devices));
         zones.push(Zone {
-            name,
+            name: numa_zone_name(n.id),
             type_: ZONE_TYPE_NUMA_NODE.into(),
             parent: String::new(),
             costs,
@@ -324,8 +367,13 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
             resources,
         });
     }
-    zones.extend(l3_zones(t, reserved, &countable));
+    zones
+}
 
+/// The object's attributes: topology manager policy, scope and NUMA limit, the pod
+/// fingerprint and its method, CPU manager policy and options, how `available` counts CPUs,
+/// the Memory Manager policy and where the allocations came from.
+fn node_attributes(input: &NrtInput<'_>, cpu_available_mode: &str) -> Vec<AttributeInfo> {
     let tm = input.topology_manager;
     let mut attributes = vec![
         AttributeInfo::new(ATTR_TM_POLICY, tm.policy.name()),
@@ -366,28 +414,7 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
         ATTR_ALLOCATION_SOURCE,
         input.source.as_str(),
     ));
-
-    let owner_references = input.node_uid.map(|uid| {
-        vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: input.node_name.to_string(),
-            uid: uid.to_string(),
-            ..Default::default()
-        }]
-    });
-    Ok(NodeResourceTopology {
-        api_version: API_VERSION.into(),
-        kind: KIND.into(),
-        metadata: ObjectMeta {
-            name: Some(input.node_name.to_string()),
-            owner_references,
-            ..Default::default()
-        },
-        topology_policies: vec![legacy_policy(tm.policy, tm.scope).to_string()],
-        zones,
-        attributes,
-    })
+    attributes
 }
 
 /// `memory` and `hugepages-<size>` of one NUMA node: from the Memory Manager's tables when
