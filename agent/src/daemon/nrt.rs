@@ -25,7 +25,8 @@ use nodetopo_crds::nrt::{
     self, from_engine, AllocationSource, CpuAccounting, DeviceInventory, NodeResourceTopology,
     NrtInput,
 };
-use nodetopo_crds::{KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
+use nodetopo_crds::{KubeletObserved, KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
+use nodetopo_engine::admission::{CpuManagerConfig, Pools};
 use nodetopo_engine::CpuSet;
 
 use super::config::node_config;
@@ -67,47 +68,12 @@ pub fn desired(
             allocation_source(k.source),
         ),
         Some(k) => {
-            let mut exclusive = CpuSet::new();
-            for a in &k.assignments {
-                let set = CpuSet::parse(&a.cpus).map_err(|e| {
-                    format!(
-                        "kubelet assignment {}/{}: {:?}: {e}",
-                        if a.pod.is_empty() { &a.pod_uid } else { &a.pod },
-                        a.container,
-                        a.cpus
-                    )
-                })?;
-                exclusive = exclusive.union(&set);
-            }
-            let options = match from_engine::cpu_accounting(&config.cpu, &pools) {
-                CpuAccounting::Static { options, .. } => options,
-                CpuAccounting::PolicyNone { .. } => Default::default(),
-            };
-            let cpu = CpuAccounting::Static {
-                reserved: pools.reserved.clone(),
-                exclusive,
-                options,
-            };
-            // Pods the kubelet pins, by name: PodResources names them; a checkpoint UID the
-            // agent has no record of (a pod it has not seen yet) cannot be named, and the
-            // scheduler then sees a fingerprint mismatch and keeps its own accounting for
-            // the node until the next write.
-            let mut pods: Vec<(String, String)> = k
-                .assignments
-                .iter()
-                .filter_map(|a| {
-                    if a.pod.is_empty() {
-                        names.get(a.pod_uid.as_str()).copied()
-                    } else {
-                        Some(a.pod.as_str())
-                    }
-                })
-                .filter_map(|p| p.split_once('/'))
-                .map(|(ns, n)| (ns.to_string(), n.to_string()))
-                .collect();
-            pods.sort();
-            pods.dedup();
-            (cpu, pods, allocation_source(k.source))
+            let cpu = kubelet_cpu_accounting(k, &config.cpu, &pools)?;
+            (
+                cpu,
+                kubelet_pinned_pods(k, &names),
+                allocation_source(k.source),
+            )
         }
         None => (
             from_engine::cpu_accounting(&config.cpu, &pools),
@@ -134,6 +100,60 @@ pub fn desired(
         devices,
     };
     nrt::build(&input).map_err(|e| e.to_string())
+}
+
+/// The static-policy CPU accounting the kubelet's view `k` shows: its exclusive CPUs are
+/// the union of its assignments, the reserved set and the options are nodetopo's
+/// (`config`, `pools`). Errors name an assignment whose CPU list does not parse.
+fn kubelet_cpu_accounting(
+    k: &KubeletObserved,
+    config: &CpuManagerConfig,
+    pools: &Pools,
+) -> Result<CpuAccounting, String> {
+    let mut exclusive = CpuSet::new();
+    for a in &k.assignments {
+        let set = CpuSet::parse(&a.cpus).map_err(|e| {
+            format!(
+                "kubelet assignment {}/{}: {:?}: {e}",
+                if a.pod.is_empty() { &a.pod_uid } else { &a.pod },
+                a.container,
+                a.cpus
+            )
+        })?;
+        exclusive = exclusive.union(&set);
+    }
+    let options = match from_engine::cpu_accounting(config, pools) {
+        CpuAccounting::Static { options, .. } => options,
+        CpuAccounting::PolicyNone { .. } => Default::default(),
+    };
+    Ok(CpuAccounting::Static {
+        reserved: pools.reserved.clone(),
+        exclusive,
+        options,
+    })
+}
+
+/// The pods the kubelet's view `k` pins, as sorted, distinct (`namespace`, `name`) pairs.
+/// PodResources names them; a checkpoint UID the agent has no record of in `names` (a pod
+/// it has not seen yet) cannot be named, and the scheduler then sees a fingerprint
+/// mismatch and keeps its own accounting for the node until the next write.
+fn kubelet_pinned_pods(k: &KubeletObserved, names: &BTreeMap<&str, &str>) -> Vec<(String, String)> {
+    let mut pods: Vec<(String, String)> = k
+        .assignments
+        .iter()
+        .filter_map(|a| {
+            if a.pod.is_empty() {
+                names.get(a.pod_uid.as_str()).copied()
+            } else {
+                Some(a.pod.as_str())
+            }
+        })
+        .filter_map(|p| p.split_once('/'))
+        .map(|(ns, n)| (ns.to_string(), n.to_string()))
+        .collect();
+    pods.sort();
+    pods.dedup();
+    pods
 }
 
 fn allocation_source(s: KubeletSource) -> AllocationSource {
