@@ -13,7 +13,9 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
+use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
+use nodetopo_engine::CpuTopology;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
@@ -285,31 +287,15 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
     let mut cycle = Cycle::new(cp_path);
     loop {
-        let mut stop = false;
-        let mut kubelet_read = false;
-        tokio::select! {
-            ev = events.next() => match ev {
-                Some(ev) => core.apply(ev),
-                None => stop = true,
-            },
-            _ = kubelet_tick.tick() => {
-                core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, &topology)));
-                core.apply(Event::PodResources(
-                    super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT).await,
-                ));
-                kubelet_read = true;
-            }
-            _ = shutdown.requested() => stop = true,
-        }
-        // Debounce: take whatever else arrives within 100 ms into the same cycle.
-        let window = tokio::time::sleep(Duration::from_millis(100));
-        tokio::pin!(window);
-        while !stop {
-            tokio::select! {
-                ev = events.next() => match ev { Some(ev) => core.apply(ev), None => stop = true },
-                _ = &mut window => break,
-            }
-        }
+        let (stop, kubelet_read) = next_inputs(
+            &mut events,
+            &mut kubelet_tick,
+            &shutdown,
+            &mut core,
+            &args,
+            &topology,
+        )
+        .await;
         if stop {
             metrics.stopping();
         }
@@ -327,12 +313,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             // The object follows each new status and each kubelet read (same kubelet view);
             // the writer sends it only when it differs from the last one written.
             let _in_cycle = span.enter();
-            match super::nrt::desired(&core, current, &node) {
-                Ok(obj) => {
-                    let _ = nrt_tx.send(Some(obj));
-                }
-                Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
-            }
+            publish_nrt(nrt_tx, &core, current, &node);
         }
         if let Some(status) = status {
             let _ = tx.send(Some(status.clone()));
@@ -340,19 +321,85 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         }
         metrics.observe(&core, started.elapsed());
         if stop {
-            // Flush: give the writer up to 5 s to land the last status.
-            let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                while done_rx.borrow().as_ref() != cycle.last_status() {
-                    if done_rx.changed().await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .await;
+            flush(&mut done_rx, &cycle).await;
             tracing::info!("stopping: state and status flushed");
             return Ok(std::process::ExitCode::SUCCESS);
         }
     }
+}
+
+/// Waits for the next input of a cycle (a core event, the 10 s kubelet read or a shutdown
+/// request), applies it to the core, then takes whatever else arrives within 100 ms into the
+/// same cycle (debounce). Returns whether to stop after this cycle (shutdown requested or
+/// the event streams ended) and whether the kubelet was read in it.
+async fn next_inputs<S>(
+    events: &mut S,
+    kubelet_tick: &mut tokio::time::Interval,
+    shutdown: &Shutdown,
+    core: &mut Core,
+    args: &Args,
+    topology: &CpuTopology,
+) -> (bool, bool)
+where
+    S: Stream<Item = Event> + Unpin,
+{
+    let mut stop = false;
+    let mut kubelet_read = false;
+    tokio::select! {
+        ev = events.next() => match ev {
+            Some(ev) => core.apply(ev),
+            None => stop = true,
+        },
+        _ = kubelet_tick.tick() => {
+            core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, topology)));
+            core.apply(Event::PodResources(
+                super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT).await,
+            ));
+            kubelet_read = true;
+        }
+        _ = shutdown.requested() => stop = true,
+    }
+    // Debounce: take whatever else arrives within 100 ms into the same cycle.
+    let window = tokio::time::sleep(Duration::from_millis(100));
+    tokio::pin!(window);
+    while !stop {
+        tokio::select! {
+            ev = events.next() => match ev { Some(ev) => core.apply(ev), None => stop = true },
+            _ = &mut window => break,
+        }
+    }
+    (stop, kubelet_read)
+}
+
+/// Hands the NodeResourceTopology object for `status` to its writer, or logs (debug) why
+/// there is none yet.
+fn publish_nrt(
+    nrt_tx: &tokio::sync::watch::Sender<Option<NodeResourceTopology>>,
+    core: &Core,
+    status: &NodeTopologyStatus,
+    node: &str,
+) {
+    match super::nrt::desired(core, status, node) {
+        Ok(obj) => {
+            let _ = nrt_tx.send(Some(obj));
+        }
+        Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
+    }
+}
+
+/// Flush at stop: gives the status writer up to 5 s to land the last published status.
+async fn flush(
+    done_rx: &mut tokio::sync::watch::Receiver<Option<NodeTopologyStatus>>,
+    cycle: &Cycle,
+) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while done_rx.borrow().as_ref() != cycle.last_status() {
+            if done_rx.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
