@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::daemon::kubelet_state::{CheckpointFormat, ChecksumCheck};
-use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig};
-use nodetopo_engine::{Container, ResourceList};
+use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, KubeletSource, TopologyManagerConfig};
+use nodetopo_engine::{Container, CpuSet, ResourceList};
 
 fn topo() -> CpuTopology {
     nodetopo_engine::presets::build("epyc-7303-2p").expect("preset")

@@ -1,0 +1,217 @@
+//! The kubelet's view in the agent core: what the kubelet itself did (its PodResources
+//! API, else its CPU manager checkpoint), where it differs from nodetopo's admissions, the
+//! `KubeletAgreement` verdict, and which CPUs status shows for the pods the kubelet holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nodetopo_crds::conditions::{self, reason, ConditionSpec};
+use nodetopo_crds::KubeletSource;
+use nodetopo_engine::report::AllocationReport;
+use nodetopo_engine::{CpuSet, CpuTopology};
+
+use super::super::kubelet_actual::{self, KubeletActual};
+use super::Core;
+
+impl Core {
+    /// The containers where the kubelet's checkpoint and the engine differ, as
+    /// `namespace/name/container (kubelet A, nodetopo B)`.
+    pub fn kubelet_differences(&self) -> Vec<String> {
+        match self.kubelet_actual() {
+            Ok(Some(k)) => self.differences_from(&k),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The kubelet's view from the best source readable (see [`kubelet_actual`]).
+    pub fn kubelet_actual(&self) -> Result<Option<KubeletActual>, String> {
+        let uids: BTreeMap<(&str, &str), &str> = self
+            .pods
+            .values()
+            .map(|p| {
+                (
+                    (p.pod.namespace.as_str(), p.pod.name.as_str()),
+                    p.pod.uid.as_str(),
+                )
+            })
+            .collect();
+        let podresources = match &self.podresources {
+            Ok(Some(view)) => kubelet_actual::from_podresources(view, &self.topology, |ns, n| {
+                uids.get(&(ns, n)).map(|u| u.to_string())
+            })
+            .map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.clone()),
+        };
+        let checkpoint = match &self.kubelet {
+            Ok(Some(k)) => Ok(Some(kubelet_actual::from_checkpoint(k, |uid| {
+                self.pods.get(uid).map(|p| p.pod.key())
+            }))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        };
+        kubelet_actual::choose(podresources, checkpoint)
+    }
+
+    /// The containers where `k` and the engine differ, named as by
+    /// [`Core::kubelet_differences`].
+    pub(super) fn differences_from(&self, k: &KubeletActual) -> Vec<String> {
+        let Some(a) = &self.admitter else {
+            return Vec::new();
+        };
+        let ours = &a.cpu_state().assignments;
+        let mut keys: BTreeSet<(&String, &String)> = BTreeSet::new();
+        for (uid, cs) in ours.iter().chain(k.entries.iter()) {
+            for c in cs.keys() {
+                keys.insert((uid, c));
+            }
+        }
+        let none = CpuSet::new();
+        keys.into_iter()
+            .filter_map(|(uid, c)| {
+                let theirs = k.entries.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);
+                let mine = ours.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);
+                (theirs != mine).then(|| {
+                    let name = self
+                        .pods
+                        .get(uid)
+                        .map(|p| p.pod.key())
+                        .or_else(|| k.names.get(uid).cloned())
+                        .unwrap_or_else(|| uid.clone());
+                    format!("{name}/{c} (kubelet \"{theirs}\", nodetopo \"{mine}\")")
+                })
+            })
+            .collect()
+    }
+
+    /// The `KubeletAgreement` condition for the kubelet view read (or why none was).
+    pub(super) fn kubelet_agreement_condition(
+        &self,
+        kubelet: &Result<Option<KubeletActual>, String>,
+    ) -> ConditionSpec {
+        let (status, why, msg) = match kubelet {
+            Err(msg) => (false, reason::KUBELET_STATE_UNREADABLE, msg.clone()),
+            // Nothing to compare with is not agreement.
+            Ok(None) => (
+                false,
+                reason::NO_KUBELET_STATE,
+                "no kubelet CPU manager checkpoint to compare with".to_string(),
+            ),
+            Ok(Some(k)) => {
+                // The source is `status.kubelet.source`; the message names PodResources
+                // when it was used, and why it was not when it failed.
+                let (status, why, mut msg) = self.agreement_with(k);
+                if k.source == KubeletSource::PodResources {
+                    msg.push_str(" (read from the kubelet's PodResources API)");
+                }
+                if let Some(f) = &k.fallback {
+                    msg.push_str(&format!(
+                        "; the kubelet's CPU manager checkpoint was used, PodResources failed: {f}"
+                    ));
+                }
+                (status, why, msg)
+            }
+        };
+        ConditionSpec::new(conditions::KUBELET_AGREEMENT, status, why, msg)
+    }
+
+    /// The agreement verdict against one kubelet view.
+    fn agreement_with(&self, k: &KubeletActual) -> (bool, &'static str, String) {
+        let diffs = self.differences_from(k);
+        let predicted = self.admitted.values().flatten().count();
+        if let Some(why) = &k.checksum_problem {
+            (false, reason::KUBELET_STATE_CHECKSUM_MISMATCH, why.clone())
+        } else if k.policy_name == "none" && predicted > 0 {
+            (
+                false,
+                reason::KUBELET_POLICY_NONE,
+                format!(
+                    "the kubelet runs CPU manager policy none and pins nothing: the {predicted} allocations shown are nodetopo's predictions under its spec, not the kubelet's assignments"
+                ),
+            )
+        } else if diffs.is_empty() {
+            (
+                true,
+                reason::AGREE,
+                "the kubelet's CPU assignments equal nodetopo's".to_string(),
+            )
+        } else {
+            let mut msg = format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
+            if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
+                msg.push_str(&format!(
+                    "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"
+                ));
+            }
+            (false, reason::DISAGREE, msg)
+        }
+    }
+}
+
+/// Whether showing the kubelet's CPUs for the pods it holds, beside nodetopo's for the others,
+/// would publish one CPU for two pods; then the first such CPU and its two holders.
+fn kubelet_merge_conflict<'a>(
+    allocations: impl Iterator<Item = &'a AllocationReport>,
+    kubelet: &'a KubeletActual,
+) -> Option<String> {
+    let mut owner: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut claim = |uid: &'a str, set: &CpuSet| -> Option<String> {
+        for cpu in set.iter() {
+            match owner.insert(cpu, uid) {
+                Some(o) if o != uid => return Some(format!("cpu {cpu}: pods {o} and {uid}")),
+                _ => {}
+            }
+        }
+        None
+    };
+    let allocations: Vec<&AllocationReport> = allocations.collect();
+    for a in &allocations {
+        let in_kubelet = kubelet
+            .entries
+            .get(&a.pod_uid)
+            .and_then(|m| m.get(&a.container));
+        let set = match in_kubelet {
+            Some(set) => set.clone(),
+            None => CpuSet::parse(&a.cpus).unwrap_or_default(),
+        };
+        if let Some(c) = claim(&a.pod_uid, &set) {
+            return Some(c);
+        }
+    }
+    for (uid, cs) in &kubelet.entries {
+        for set in cs.values() {
+            if let Some(c) = claim(uid, set) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Where the kubelet itself runs the static policy, its checkpoint is the truth: each
+/// allocation the kubelet also holds shows the kubelet's CPUs, and nodetopo's own decision
+/// moves to `predictedCPUs` (the check; `KubeletAgreement` names every difference). Under the
+/// kubelet's `none` policy its checkpoint assigns nothing, and nodetopo's prediction stands.
+/// Where the two views cannot be mixed without showing one CPU for two pods (the kubelet
+/// placed a pod nodetopo has not, on CPUs nodetopo gave another), nodetopo's view is shown
+/// whole and `KubeletAgreement` says why.
+pub(super) fn show_kubelet_assignments(
+    allocations: &mut [AllocationReport],
+    kubelet: &KubeletActual,
+    topology: &CpuTopology,
+) {
+    if kubelet.policy_name != "static"
+        || kubelet_merge_conflict(allocations.iter(), kubelet).is_some()
+    {
+        return;
+    }
+    for a in allocations {
+        let Some(actual) = kubelet
+            .entries
+            .get(&a.pod_uid)
+            .and_then(|m| m.get(&a.container))
+        else {
+            continue;
+        };
+        a.predicted_cpus = Some(a.cpus.clone());
+        a.place(topology, actual);
+    }
+}
