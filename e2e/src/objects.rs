@@ -102,110 +102,145 @@ fn field<'a>(v: &'a Value, pointer: &str) -> Option<&'a Value> {
     v.pointer(pointer).filter(|x| !x.is_null())
 }
 
+/// Typed reads of one object's JSON by pointer, with errors naming the object and field.
+struct Reader<'a> {
+    v: &'a Value,
+    object: String,
+}
+
+impl Reader<'_> {
+    /// A shape error at `path`.
+    fn err(&self, path: &str, problem: String) -> ShapeError {
+        ShapeError {
+            object: self.object.clone(),
+            path: path.to_string(),
+            problem,
+        }
+    }
+
+    /// The string at `path` (`None`: absent or null; an error for another type).
+    fn string_at(&self, path: &str) -> Result<Option<String>, ShapeError> {
+        match field(self.v, path) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.err(path, format!("expected a string, found {other}"))),
+        }
+    }
+
+    /// The integer at `path` (`None`: absent or null; an error for another type).
+    fn int_at(&self, path: &str) -> Result<Option<i64>, ShapeError> {
+        match field(self.v, path) {
+            None => Ok(None),
+            Some(x) => x
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| self.err(path, format!("expected an integer, found {x}"))),
+        }
+    }
+
+    /// The CPU list at `path` (`None`: absent or null; an error for a malformed list).
+    fn cpus_at(&self, path: &str) -> Result<Option<CpuSet>, ShapeError> {
+        match self.string_at(path)? {
+            None => Ok(None),
+            Some(s) => CpuSet::parse(&s)
+                .map(Some)
+                .map_err(|e| self.err(path, format!("bad CPU list {s:?}: {e}"))),
+        }
+    }
+
+    /// The number of entries of the list at `path` (0 when absent or null; an error when it
+    /// is not a list).
+    fn list_len(&self, path: &str) -> Result<usize, ShapeError> {
+        match field(self.v, path) {
+            None => Ok(0),
+            Some(list) => list
+                .as_array()
+                .map(Vec::len)
+                .ok_or_else(|| self.err(path, "expected a list".to_string())),
+        }
+    }
+
+    /// `status.allocations`: pod, container and CPUs required, NUMA ids optional.
+    fn allocations(&self) -> Result<Vec<Allocation>, ShapeError> {
+        let mut allocations = Vec::new();
+        for i in 0..self.list_len("/status/allocations")? {
+            let base = format!("/status/allocations/{i}");
+            let req = |f: &str| -> Result<String, ShapeError> {
+                self.string_at(&format!("{base}/{f}"))?
+                    .ok_or_else(|| self.err(&format!("{base}/{f}"), "missing".to_string()))
+            };
+            let cpus_path = format!("{base}/cpus");
+            let cpus = self
+                .cpus_at(&cpus_path)?
+                .ok_or_else(|| self.err(&cpus_path, "missing".to_string()))?;
+            let numa_nodes = match field(self.v, &format!("{base}/numaNodes")) {
+                None => Vec::new(),
+                Some(x) => x
+                    .as_array()
+                    .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                    .ok_or_else(|| {
+                        self.err(
+                            &format!("{base}/numaNodes"),
+                            format!("expected a list of ids, found {x}"),
+                        )
+                    })?,
+            };
+            allocations.push(Allocation {
+                pod: req("pod")?,
+                container: req("container")?,
+                cpus,
+                numa_nodes,
+            });
+        }
+        Ok(allocations)
+    }
+
+    /// `status.conditions`: absent string fields read as empty.
+    fn conditions(&self) -> Result<Vec<Condition>, ShapeError> {
+        let mut conditions = Vec::new();
+        for i in 0..self.list_len("/status/conditions")? {
+            let base = format!("/status/conditions/{i}");
+            let s = |f: &str| -> Result<String, ShapeError> {
+                Ok(self.string_at(&format!("{base}/{f}"))?.unwrap_or_default())
+            };
+            conditions.push(Condition {
+                type_: s("type")?,
+                status: s("status")?,
+                reason: s("reason")?,
+                message: s("message")?,
+                observed_generation: self.int_at(&format!("{base}/observedGeneration"))?,
+            });
+        }
+        Ok(conditions)
+    }
+}
+
 impl TopologyView {
     /// Reads a NodeTopology object. Missing optional parts (no status yet) are `None`/empty;
     /// present parts with the wrong type or a malformed CPU list are errors naming the field.
     pub fn from_object(obj: &DynamicObject) -> Result<Self, ShapeError> {
         let name = obj.metadata.name.clone().unwrap_or_default();
-        let v = &obj.data;
-        let object = format!("NodeTopology/{name}");
-        let err = |path: &str, problem: String| ShapeError {
-            object: object.clone(),
-            path: path.to_string(),
-            problem,
-        };
-        let string_at = |path: &str| -> Result<Option<String>, ShapeError> {
-            match field(v, path) {
-                None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(err(path, format!("expected a string, found {other}"))),
-            }
-        };
-        let int_at = |path: &str| -> Result<Option<i64>, ShapeError> {
-            match field(v, path) {
-                None => Ok(None),
-                Some(x) => x
-                    .as_i64()
-                    .map(Some)
-                    .ok_or_else(|| err(path, format!("expected an integer, found {x}"))),
-            }
-        };
-        let cpus_at = |path: &str| -> Result<Option<CpuSet>, ShapeError> {
-            match string_at(path)? {
-                None => Ok(None),
-                Some(s) => CpuSet::parse(&s)
-                    .map(Some)
-                    .map_err(|e| err(path, format!("bad CPU list {s:?}: {e}"))),
-            }
+        let r = Reader {
+            v: &obj.data,
+            object: format!("NodeTopology/{name}"),
         };
         let policy_ref = match (
-            string_at("/spec/policyRef/name")?,
-            int_at("/spec/policyRef/generation")?,
+            r.string_at("/spec/policyRef/name")?,
+            r.int_at("/spec/policyRef/generation")?,
         ) {
             (Some(n), Some(g)) => Some((n, g)),
             _ => None,
         };
-        let mut allocations = Vec::new();
-        if let Some(list) = field(v, "/status/allocations") {
-            let items = list
-                .as_array()
-                .ok_or_else(|| err("/status/allocations", "expected a list".to_string()))?;
-            for (i, _) in items.iter().enumerate() {
-                let base = format!("/status/allocations/{i}");
-                let req = |f: &str| -> Result<String, ShapeError> {
-                    string_at(&format!("{base}/{f}"))?
-                        .ok_or_else(|| err(&format!("{base}/{f}"), "missing".to_string()))
-                };
-                let cpus_path = format!("{base}/cpus");
-                let cpus =
-                    cpus_at(&cpus_path)?.ok_or_else(|| err(&cpus_path, "missing".to_string()))?;
-                let numa_nodes = match field(v, &format!("{base}/numaNodes")) {
-                    None => Vec::new(),
-                    Some(x) => x
-                        .as_array()
-                        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
-                        .ok_or_else(|| {
-                            err(
-                                &format!("{base}/numaNodes"),
-                                format!("expected a list of ids, found {x}"),
-                            )
-                        })?,
-                };
-                allocations.push(Allocation {
-                    pod: req("pod")?,
-                    container: req("container")?,
-                    cpus,
-                    numa_nodes,
-                });
-            }
-        }
-        let mut conditions = Vec::new();
-        if let Some(list) = field(v, "/status/conditions") {
-            let items = list
-                .as_array()
-                .ok_or_else(|| err("/status/conditions", "expected a list".to_string()))?;
-            for (i, _) in items.iter().enumerate() {
-                let base = format!("/status/conditions/{i}");
-                let s = |f: &str| -> Result<String, ShapeError> {
-                    Ok(string_at(&format!("{base}/{f}"))?.unwrap_or_default())
-                };
-                conditions.push(Condition {
-                    type_: s("type")?,
-                    status: s("status")?,
-                    reason: s("reason")?,
-                    message: s("message")?,
-                    observed_generation: int_at(&format!("{base}/observedGeneration"))?,
-                });
-            }
-        }
+        let allocations = r.allocations()?;
+        let conditions = r.conditions()?;
         Ok(Self {
             generation: obj.metadata.generation.unwrap_or(0),
-            cpu_policy: string_at("/spec/cpuManager/policy")?,
-            tm_policy: string_at("/spec/topologyManager/policy")?,
+            cpu_policy: r.string_at("/spec/cpuManager/policy")?,
+            tm_policy: r.string_at("/spec/topologyManager/policy")?,
             policy_ref,
-            observed_generation: int_at("/status/observedGeneration")?,
-            cpus: cpus_at("/status/topology/cpus")?,
-            exclusive: cpus_at("/status/pools/exclusive")?.unwrap_or_default(),
+            observed_generation: r.int_at("/status/observedGeneration")?,
+            cpus: r.cpus_at("/status/topology/cpus")?,
+            exclusive: r.cpus_at("/status/pools/exclusive")?.unwrap_or_default(),
             allocations,
             conditions,
             name,
