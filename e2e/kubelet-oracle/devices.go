@@ -158,19 +158,7 @@ func (d *devProvider) record(key string, h map[string][]topologymanager.Topology
 	if d.recorded == nil || len(h) == 0 {
 		return
 	}
-	out := map[string][]hintJSON{}
-	for r, hints := range h {
-		if hints == nil {
-			out[r] = nil
-			continue
-		}
-		l := []hintJSON{}
-		for _, th := range hints {
-			l = append(l, toHint(th))
-		}
-		out[r] = l
-	}
-	d.recorded[key] = out
+	d.recorded[key] = hintMap(h, true)
 }
 
 // startDeviceManager builds and starts the device manager on the case's NUMA nodes with tm

@@ -238,11 +238,7 @@ func (c *cpuProvider) record(key string, h map[string][]topologymanager.Topology
 	if !ok {
 		return
 	}
-	out := []hintJSON{}
-	for _, th := range hints {
-		out = append(out, toHint(th))
-	}
-	c.recorded[key] = out
+	c.recorded[key] = hintList(hints)
 }
 
 // memProvider forwards the topology manager's hint-provider calls to the real memory
@@ -277,15 +273,30 @@ func (m *memProvider) record(key string, h map[string][]topologymanager.Topology
 	if m.recorded == nil || h == nil {
 		return
 	}
+	m.recorded[key] = hintMap(h, false)
+}
+
+// hintList is the JSON of a hint list (never null).
+func hintList(hints []topologymanager.TopologyHint) []hintJSON {
+	out := []hintJSON{}
+	for _, th := range hints {
+		out = append(out, toHint(th))
+	}
+	return out
+}
+
+// hintMap is the JSON of a provider's hints per resource; a nil list stays null when
+// keepNil (the device manager's "no preference"), else becomes an empty list.
+func hintMap(h map[string][]topologymanager.TopologyHint, keepNil bool) map[string][]hintJSON {
 	out := map[string][]hintJSON{}
 	for r, hints := range h {
-		l := []hintJSON{}
-		for _, th := range hints {
-			l = append(l, toHint(th))
+		if hints == nil && keepNil {
+			out[r] = nil
+			continue
 		}
-		out[r] = l
+		out[r] = hintList(hints)
 	}
-	m.recorded[key] = out
+	return out
 }
 
 // allSourcesReady lets the memory manager's stale-state cleanup run (a kubelet whose pod
@@ -816,22 +827,8 @@ func main() {
 	}
 	defer os.RemoveAll(tmp)
 
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 64<<20)
-	out := bufio.NewWriter(os.Stdout)
-	enc := json.NewEncoder(out)
-	for n := 0; in.Scan(); n++ {
-		var c caseJSON
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			_ = enc.Encode(answerJSON{Error: fmt.Sprintf("line %d: not a case: %v", n+1, err)})
-			_ = out.Flush()
-			continue
-		}
-		dir := filepath.Join(tmp, strconv.Itoa(n))
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
-			os.Exit(2)
-		}
+	bad := func(msg string) any { return answerJSON{Error: msg} }
+	status := serveCases(tmp, "case", bad, func(c *caseJSON, dir string, write func(any)) {
 		done := make(chan answerJSON, 1)
 		go func() {
 			// A panic in the kubelet's code is an answer too (the kubelet would crash).
@@ -840,22 +837,53 @@ func main() {
 					done <- answerJSON{ID: c.ID, Panic: fmt.Sprint(r)}
 				}
 			}()
-			done <- run(&c, dir)
+			done <- run(c, dir)
 		}()
 		select {
 		case ans := <-done:
-			_ = enc.Encode(ans)
-			_ = out.Flush()
-			_ = os.RemoveAll(dir)
+			write(ans)
 		case <-time.After(*timeout):
-			_ = enc.Encode(answerJSON{ID: c.ID, Timeout: true})
-			_ = out.Flush()
+			write(answerJSON{ID: c.ID, Timeout: true})
 			_ = os.RemoveAll(tmp)
 			os.Exit(3)
 		}
+	})
+	if status != 0 {
+		os.Exit(status)
+	}
+}
+
+// serveCases reads stdin one JSON case a line, decodes each into a fresh C and hands it,
+// with a directory of its own under tmp (removed afterwards), to handle, which answers
+// through write (one JSON line on stdout, flushed). A line that does not decode is
+// answered with bad("line N: not a <what>: <error>"). Returns the exit status: 2 when a
+// directory cannot be made or stdin cannot be read, else 0.
+func serveCases[C any](tmp, what string, bad func(msg string) any, handle func(c *C, dir string, write func(any))) int {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	enc := json.NewEncoder(out)
+	write := func(v any) {
+		_ = enc.Encode(v)
+		_ = out.Flush()
+	}
+	for n := 0; in.Scan(); n++ {
+		var c C
+		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
+			write(bad(fmt.Sprintf("line %d: not a %s: %v", n+1, what, err)))
+			continue
+		}
+		dir := filepath.Join(tmp, strconv.Itoa(n))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
+			return 2
+		}
+		handle(&c, dir, write)
+		_ = os.RemoveAll(dir)
 	}
 	if err := in.Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "kubelet-oracle: reading stdin: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
+	return 0
 }

@@ -11,12 +11,9 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
@@ -111,29 +108,8 @@ func runValidate() int {
 		return 2
 	}
 	defer os.RemoveAll(tmp)
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 64<<20)
-	out := bufio.NewWriter(os.Stdout)
-	enc := json.NewEncoder(out)
-	for n := 0; in.Scan(); n++ {
-		var c validateCase
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			_ = enc.Encode(validateAnswer{Error: fmt.Sprintf("line %d: not a validate case: %v", n+1, err)})
-			_ = out.Flush()
-			continue
-		}
-		dir := filepath.Join(tmp, strconv.Itoa(n))
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			fmt.Fprintf(os.Stderr, "kubelet-oracle: %v\n", err)
-			return 2
-		}
-		_ = enc.Encode(validateOne(&c, dir))
-		_ = out.Flush()
-		_ = os.RemoveAll(dir)
-	}
-	if err := in.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "kubelet-oracle: reading stdin: %v\n", err)
-		return 2
-	}
-	return 0
+	bad := func(msg string) any { return validateAnswer{Error: msg} }
+	return serveCases(tmp, "validate case", bad, func(c *validateCase, dir string, write func(any)) {
+		write(validateOne(c, dir))
+	})
 }
