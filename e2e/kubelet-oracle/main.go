@@ -482,257 +482,352 @@ func allContainers(pod *v1.Pod) []v1.Container {
 	return append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 }
 
+// oracleRun is one case's kubelet: the topology manager with the CPU manager's static
+// policy and, when the case asks for them, the device and memory managers, registered in
+// the kubelet's order, and the pods it has seen.
+type oracleRun struct {
+	c        *caseJSON
+	logger   klog.Logger
+	ctx      context.Context
+	tm       topologymanager.Manager
+	policy   cpumanager.Policy
+	st       state.State
+	provider *cpuProvider
+	dev      *devProvider
+	mem      *memProvider
+	// cleanup runs the stale-state cleanups the kubelet runs before the next pod: the
+	// device manager's UpdateAllocatedDevices, the memory manager's removeStaleState.
+	cleanup  func()
+	pods     map[string]*v1.Pod
+	admitted map[string]bool
+	// active is what the kubelet's pod manager lists: the admitted pods and the one being
+	// admitted.
+	active []*v1.Pod
+}
+
+// caseFailure is why a case ends without all its results: a configuration the kubelet
+// refuses (config), or an input the oracle cannot use.
+type caseFailure struct {
+	config bool
+	msg    string
+}
+
+func configFailure(msg string) *caseFailure { return &caseFailure{config: true, msg: msg} }
+
+func inputFailure(msg string) *caseFailure { return &caseFailure{msg: msg} }
+
 // run evaluates one case; dir is a fresh directory for the checkpoint file.
 func run(c *caseJSON, dir string) answerJSON {
 	ans := answerJSON{ID: c.ID}
-	logger := klog.Background()
+	r := &oracleRun{
+		c:        c,
+		logger:   klog.Background(),
+		cleanup:  func() {},
+		pods:     map[string]*v1.Pod{},
+		admitted: map[string]bool{},
+	}
+	r.ctx = klog.NewContext(context.Background(), r.logger)
+	defer r.stop()
+	fail := r.start(dir)
+	if fail == nil {
+		fail = r.runOps(&ans)
+	}
+	if fail == nil {
+		fail = r.finish(dir, &ans)
+	}
+	if fail != nil {
+		if fail.config {
+			ans.ConfigError = fail.msg
+		} else {
+			ans.Error = fail.msg
+		}
+	}
+	return ans
+}
+
+// start builds the case's managers as the kubelet's container manager does: the topology
+// manager, the static CPU policy over its state (the checkpoint in dir when the case asks),
+// then the device manager (registered first, so it allocates first and its errors win),
+// the CPU provider and the memory manager.
+func (r *oracleRun) start(dir string) *caseFailure {
+	c, logger := r.c, r.logger
 	topo, nodes, err := buildTopology(c.Machine)
 	if err != nil {
-		ans.Error = err.Error()
-		return ans
+		return inputFailure(err.Error())
 	}
 	reserved := cpuset.New()
 	if c.ReservedCPUs != "" {
 		reserved, err = cpuset.Parse(c.ReservedCPUs)
 		if err != nil {
-			ans.Error = fmt.Sprintf("reservedCPUs: %v", err)
-			return ans
+			return inputFailure(fmt.Sprintf("reservedCPUs: %v", err))
 		}
 	}
-	tm, err := topologymanager.NewManager(logger, nodes, c.TMPolicy, c.TMScope, c.TMOptions)
+	r.tm, err = topologymanager.NewManager(logger, nodes, c.TMPolicy, c.TMScope, c.TMOptions)
 	if err != nil {
-		ans.ConfigError = "topology manager: " + err.Error()
-		return ans
+		return configFailure("topology manager: " + err.Error())
 	}
-	policy, err := cpumanager.NewStaticPolicy(logger, topo, c.NumReserved, reserved, tm, c.CPUOptions)
+	r.policy, err = cpumanager.NewStaticPolicy(logger, topo, c.NumReserved, reserved, r.tm, c.CPUOptions)
 	if err != nil {
-		ans.ConfigError = "cpu manager: " + err.Error()
-		return ans
+		return configFailure("cpu manager: " + err.Error())
 	}
-	var st state.State
 	if c.Checkpoint {
-		st, err = state.NewCheckpointState(logger, dir, checkpointName, policy.Name(), nil)
+		r.st, err = state.NewCheckpointState(logger, dir, checkpointName, r.policy.Name(), nil)
 		if err != nil {
-			ans.Error = fmt.Sprintf("checkpoint state: %v", err)
-			return ans
+			return inputFailure(fmt.Sprintf("checkpoint state: %v", err))
 		}
 	} else {
-		st = state.NewMemoryState(logger)
+		r.st = state.NewMemoryState(logger)
 	}
-	if err := policy.Start(logger, st); err != nil {
-		ans.ConfigError = "cpu manager: " + err.Error()
-		return ans
+	if err := r.policy.Start(logger, r.st); err != nil {
+		return configFailure("cpu manager: " + err.Error())
 	}
-	pods := map[string]*v1.Pod{}
-	admitted := map[string]bool{}
-	ctx := klog.NewContext(context.Background(), logger)
-	var active []*v1.Pod
-	activePods := func() []*v1.Pod { return append([]*v1.Pod{}, active...) }
-
-	// The device manager first: the kubelet's container manager registers it before the
-	// CPU and memory managers, so it allocates first and its errors win.
-	var dev *devProvider
 	if len(c.Devices) > 0 {
-		dm, err := startDeviceManager(ctx, c, tm, nodes, activePods)
+		dm, err := startDeviceManager(r.ctx, c, r.tm, nodes, r.activePods)
 		if err != nil {
-			ans.Error = err.Error()
-			return ans
+			return inputFailure(err.Error())
 		}
-		defer func() { _ = dm.Stop(logger) }()
-		dev = &devProvider{dm: dm}
-		tm.AddHintProvider(logger, dev)
-	}
-	provider := &cpuProvider{policy: policy, state: st}
-	tm.AddHintProvider(logger, provider)
-
-	// The memory manager: the kubelet's NewManager and Start (reserved-memory validation,
-	// the Static policy, the checkpoint state in dir). Its stale-state cleanup sees the
-	// pods in active: the admitted ones and the one being admitted, as the kubelet's pod
-	// manager lists them.
-	var mem *memProvider
-	cleanup := func() {}
-	if dev != nil {
+		r.dev = &devProvider{dm: dm}
+		r.tm.AddHintProvider(logger, r.dev)
 		// The device manager frees the devices of pods no longer active before every hint
 		// request and allocation (UpdateAllocatedDevices); run it now so the state
 		// compared after a rejection or removal is the one the next pod sees.
-		cleanup = func() { dev.dm.UpdateAllocatedDevices(logger) }
+		r.cleanup = func() { dm.UpdateAllocatedDevices(logger) }
 	}
+	r.provider = &cpuProvider{policy: r.policy, state: r.st}
+	r.tm.AddHintProvider(logger, r.provider)
 	if c.Memory != nil {
-		reservations, allocatable, err := memoryReservations(c.Memory)
-		if err != nil {
-			ans.Error = err.Error()
-			return ans
-		}
-		machine := &cadvisorapi.MachineInfo{Topology: nodes}
-		mm, err := memorymanager.NewManager(logger, "Static", machine, allocatable, reservations, dir, tm)
-		if err != nil {
-			ans.ConfigError = "memory manager: " + err.Error()
-			return ans
-		}
-		if err := mm.Start(ctx, activePods, allSourcesReady{}, nil, nil, containermap.NewContainerMap()); err != nil {
-			ans.ConfigError = "memory manager: " + err.Error()
-			return ans
-		}
-		mem = &memProvider{mm: mm}
-		tm.AddHintProvider(logger, mem)
-		// Any hint request runs the manager's removeStaleState; a BestEffort pod asks for
-		// nothing else.
-		devCleanup := cleanup
-		cleanup = func() {
-			devCleanup()
-			mm.GetPodTopologyHints(logger, &v1.Pod{}, lifecycle.AddOperation)
+		return r.startMemory(dir, nodes)
+	}
+	return nil
+}
+
+// startMemory starts the memory manager: the kubelet's NewManager and Start
+// (reserved-memory validation, the Static policy, the checkpoint state in dir). Its
+// stale-state cleanup sees the active pods.
+func (r *oracleRun) startMemory(dir string, nodes []cadvisorapi.Node) *caseFailure {
+	logger := r.logger
+	reservations, allocatable, err := memoryReservations(r.c.Memory)
+	if err != nil {
+		return inputFailure(err.Error())
+	}
+	machine := &cadvisorapi.MachineInfo{Topology: nodes}
+	mm, err := memorymanager.NewManager(logger, "Static", machine, allocatable, reservations, dir, r.tm)
+	if err != nil {
+		return configFailure("memory manager: " + err.Error())
+	}
+	if err := mm.Start(r.ctx, r.activePods, allSourcesReady{}, nil, nil, containermap.NewContainerMap()); err != nil {
+		return configFailure("memory manager: " + err.Error())
+	}
+	r.mem = &memProvider{mm: mm}
+	r.tm.AddHintProvider(logger, r.mem)
+	// Any hint request runs the manager's removeStaleState; a BestEffort pod asks for
+	// nothing else.
+	devCleanup := r.cleanup
+	r.cleanup = func() {
+		devCleanup()
+		mm.GetPodTopologyHints(logger, &v1.Pod{}, lifecycle.AddOperation)
+	}
+	return nil
+}
+
+// stop stops what start started (the device manager's plugin server).
+func (r *oracleRun) stop() {
+	if r.dev != nil {
+		_ = r.dev.dm.Stop(r.logger)
+	}
+}
+
+func (r *oracleRun) activePods() []*v1.Pod { return append([]*v1.Pod{}, r.active...) }
+
+func (r *oracleRun) dropActive(uid string) {
+	kept := r.active[:0]
+	for _, p := range r.active {
+		if string(p.UID) != uid {
+			kept = append(kept, p)
 		}
 	}
-	dropActive := func(uid string) {
-		kept := active[:0]
-		for _, p := range active {
-			if string(p.UID) != uid {
-				kept = append(kept, p)
-			}
-		}
-		active = kept
-	}
-	for i, op := range c.Ops {
+	r.active = kept
+}
+
+// runOps runs the case's operations in order, one result each; the first operation the
+// oracle cannot run ends the case.
+func (r *oracleRun) runOps(ans *answerJSON) *caseFailure {
+	for i, op := range r.c.Ops {
+		var res opResult
+		var err error
 		switch op.Op {
 		case "admit", "readmit":
-			var pod *v1.Pod
-			if op.Op == "readmit" {
-				// Admit an admitted pod again (as after a kubelet restart): its
-				// containers already hold their CPUs, memory and devices. A pod that
-				// is not admitted (rejected or removed) is skipped.
-				if !admitted[op.UID] {
-					ans.Results = append(ans.Results, opResult{Admit: true, Skipped: true})
-					continue
-				}
-				pod = pods[op.UID]
-			} else {
-				if op.Pod == nil {
-					ans.Error = fmt.Sprintf("ops[%d]: admit without pod", i)
-					return ans
-				}
-				pod, err = buildPod(*op.Pod)
-				if err != nil {
-					ans.Error = fmt.Sprintf("ops[%d]: %v", i, err)
-					return ans
-				}
-				active = append(active, pod)
-			}
-			provider.recorded = map[string][]hintJSON{}
-			if mem != nil {
-				mem.recorded = map[string]map[string][]hintJSON{}
-			}
-			if dev != nil {
-				dev.recorded = map[string]map[string][]hintJSON{}
-			}
-			res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
-			r := opResult{Admit: res.Admit, Reason: res.Reason, Message: res.Message, CPUHints: provider.recorded}
-			provider.recorded = nil
-			if mem != nil {
-				r.MemHints = mem.recorded
-				mem.recorded = nil
-				if res.Admit {
-					r.Memory = map[string][]blockJSON{}
-					for _, ct := range allContainers(pod) {
-						if b := mem.mm.GetMemory(logger, string(pod.UID), ct.Name); len(b) > 0 {
-							r.Memory[ct.Name] = blocksJSON(b)
-						}
-					}
-				}
-			}
-			if dev != nil {
-				r.DevHints = dev.recorded
-				dev.recorded = nil
-				if res.Admit {
-					r.Devices = containerDevices(dev.dm, pod)
-				}
-			}
-			r.StateDefault, r.StateAssignments = snapshot(st)
-			pods[string(pod.UID)] = pod
-			admitted[string(pod.UID)] = res.Admit
-			if res.Admit {
-				r.CPUs = map[string]string{}
-				if c.TMPolicy != topologymanager.PolicyNone {
-					r.Hints = map[string]hintJSON{}
-				}
-				for _, ct := range allContainers(pod) {
-					if cs, ok := st.GetCPUSet(string(pod.UID), ct.Name); ok {
-						r.CPUs[ct.Name] = cs.String()
-					}
-					if r.Hints != nil {
-						r.Hints[ct.Name] = toHint(tm.GetAffinity(logger, string(pod.UID), ct.Name))
-					}
-				}
-			} else {
-				// The kubelet's stale-state cleanup releases what the rejected pod's
-				// earlier containers took before its next allocation.
-				for _, ct := range allContainers(pod) {
-					if err := policy.RemoveContainer(logger, st, string(pod.UID), ct.Name); err != nil {
-						ans.Error = fmt.Sprintf("ops[%d]: remove %s: %v", i, ct.Name, err)
-						return ans
-					}
-				}
-				dropActive(string(pod.UID))
-				cleanup()
-			}
-			ans.Results = append(ans.Results, r)
+			res, err = r.admit(i, op)
 		case "remove":
-			pod, ok := pods[op.UID]
-			if !ok {
-				ans.Error = fmt.Sprintf("ops[%d]: remove of unknown pod %q", i, op.UID)
-				return ans
-			}
+			res, err = r.remove(i, op)
+		default:
+			err = fmt.Errorf("ops[%d]: unknown op %q", i, op.Op)
+		}
+		if err != nil {
+			return inputFailure(err.Error())
+		}
+		ans.Results = append(ans.Results, res)
+	}
+	return nil
+}
+
+// admit admits a new pod, or an admitted one again ("readmit", as after a kubelet restart:
+// its containers already hold their CPUs, memory and devices; a pod not admitted is
+// skipped), through the topology manager. The result has the hints every provider gave,
+// the CPU state after, and what the pod got; a rejected pod's partial allocations are
+// released as the kubelet's stale-state cleanup does.
+func (r *oracleRun) admit(i int, op opJSON) (opResult, error) {
+	var pod *v1.Pod
+	if op.Op == "readmit" {
+		if !r.admitted[op.UID] {
+			return opResult{Admit: true, Skipped: true}, nil
+		}
+		pod = r.pods[op.UID]
+	} else {
+		if op.Pod == nil {
+			return opResult{}, fmt.Errorf("ops[%d]: admit without pod", i)
+		}
+		var err error
+		pod, err = buildPod(*op.Pod)
+		if err != nil {
+			return opResult{}, fmt.Errorf("ops[%d]: %v", i, err)
+		}
+		r.active = append(r.active, pod)
+	}
+	r.startRecording()
+	verdict := r.tm.Admit(r.ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
+	res := r.recorded(pod, verdict)
+	res.StateDefault, res.StateAssignments = snapshot(r.st)
+	r.pods[string(pod.UID)] = pod
+	r.admitted[string(pod.UID)] = verdict.Admit
+	if verdict.Admit {
+		r.placements(pod, &res)
+	} else if err := r.release(i, pod); err != nil {
+		return opResult{}, err
+	}
+	return res, nil
+}
+
+// startRecording starts recording the hints each provider gives.
+func (r *oracleRun) startRecording() {
+	r.provider.recorded = map[string][]hintJSON{}
+	if r.mem != nil {
+		r.mem.recorded = map[string]map[string][]hintJSON{}
+	}
+	if r.dev != nil {
+		r.dev.recorded = map[string]map[string][]hintJSON{}
+	}
+}
+
+// recorded is the verdict with the hints recorded since startRecording (recording stops)
+// and, when admitted, the memory blocks and devices the pod's containers got.
+func (r *oracleRun) recorded(pod *v1.Pod, verdict lifecycle.PodAdmitResult) opResult {
+	res := opResult{Admit: verdict.Admit, Reason: verdict.Reason, Message: verdict.Message, CPUHints: r.provider.recorded}
+	r.provider.recorded = nil
+	if r.mem != nil {
+		res.MemHints = r.mem.recorded
+		r.mem.recorded = nil
+		if verdict.Admit {
+			res.Memory = map[string][]blockJSON{}
 			for _, ct := range allContainers(pod) {
-				if err := policy.RemoveContainer(logger, st, op.UID, ct.Name); err != nil {
-					ans.Error = fmt.Sprintf("ops[%d]: remove %s: %v", i, ct.Name, err)
-					return ans
+				if b := r.mem.mm.GetMemory(r.logger, string(pod.UID), ct.Name); len(b) > 0 {
+					res.Memory[ct.Name] = blocksJSON(b)
 				}
 			}
-			delete(pods, op.UID)
-			delete(admitted, op.UID)
-			dropActive(op.UID)
-			cleanup()
-			r := opResult{Admit: true}
-			r.StateDefault, r.StateAssignments = snapshot(st)
-			ans.Results = append(ans.Results, r)
-		default:
-			ans.Error = fmt.Sprintf("ops[%d]: unknown op %q", i, op.Op)
-			return ans
 		}
 	}
-	ans.Default, ans.Assignments = snapshot(st)
-	if dev != nil {
+	if r.dev != nil {
+		res.DevHints = r.dev.recorded
+		r.dev.recorded = nil
+		if verdict.Admit {
+			res.Devices = containerDevices(r.dev.dm, pod)
+		}
+	}
+	return res
+}
+
+// placements adds an admitted pod's containers' CPUs and, under a topology manager policy,
+// their merged hints.
+func (r *oracleRun) placements(pod *v1.Pod, res *opResult) {
+	res.CPUs = map[string]string{}
+	if r.c.TMPolicy != topologymanager.PolicyNone {
+		res.Hints = map[string]hintJSON{}
+	}
+	for _, ct := range allContainers(pod) {
+		if cs, ok := r.st.GetCPUSet(string(pod.UID), ct.Name); ok {
+			res.CPUs[ct.Name] = cs.String()
+		}
+		if res.Hints != nil {
+			res.Hints[ct.Name] = toHint(r.tm.GetAffinity(r.logger, string(pod.UID), ct.Name))
+		}
+	}
+}
+
+// release removes every container of pod from the CPU state, drops it from the active
+// pods and runs the stale-state cleanups (a rejected pod: what its earlier containers took
+// is released before the next allocation; a removed pod: everything it held).
+func (r *oracleRun) release(i int, pod *v1.Pod) error {
+	for _, ct := range allContainers(pod) {
+		if err := r.policy.RemoveContainer(r.logger, r.st, string(pod.UID), ct.Name); err != nil {
+			return fmt.Errorf("ops[%d]: remove %s: %v", i, ct.Name, err)
+		}
+	}
+	r.dropActive(string(pod.UID))
+	r.cleanup()
+	return nil
+}
+
+// remove removes a pod the case admitted or tried to admit; the result is the CPU state
+// after.
+func (r *oracleRun) remove(i int, op opJSON) (opResult, error) {
+	pod, ok := r.pods[op.UID]
+	if !ok {
+		return opResult{}, fmt.Errorf("ops[%d]: remove of unknown pod %q", i, op.UID)
+	}
+	delete(r.pods, op.UID)
+	delete(r.admitted, op.UID)
+	if err := r.release(i, pod); err != nil {
+		return opResult{}, err
+	}
+	res := opResult{Admit: true}
+	res.StateDefault, res.StateAssignments = snapshot(r.st)
+	return res, nil
+}
+
+// finish adds the final CPU state, the devices each pod holds, the checkpoint files and
+// the memory manager's machine state.
+func (r *oracleRun) finish(dir string, ans *answerJSON) *caseFailure {
+	ans.Default, ans.Assignments = snapshot(r.st)
+	if r.dev != nil {
 		ans.FinalDevices = map[string]devicesAnswer{}
-		for uid, pod := range pods {
-			if d := containerDevices(dev.dm, pod); len(d) > 0 {
+		for uid, pod := range r.pods {
+			if d := containerDevices(r.dev.dm, pod); len(d) > 0 {
 				ans.FinalDevices[uid] = d
 			}
 		}
 	}
-	if c.Checkpoint {
+	if r.c.Checkpoint {
 		data, err := os.ReadFile(filepath.Join(dir, checkpointName))
 		if err != nil {
-			ans.Error = fmt.Sprintf("reading checkpoint: %v", err)
-			return ans
+			return inputFailure(fmt.Sprintf("reading checkpoint: %v", err))
 		}
 		ans.Checkpoint = string(data)
 	}
-	if mem != nil {
-		ms, err := json.Marshal(mem.mm.State().GetMachineState())
+	if r.mem != nil {
+		ms, err := json.Marshal(r.mem.mm.State().GetMachineState())
 		if err != nil {
-			ans.Error = fmt.Sprintf("memory state: %v", err)
-			return ans
+			return inputFailure(fmt.Sprintf("memory state: %v", err))
 		}
 		ans.MemoryState = ms
-		if c.Checkpoint {
+		if r.c.Checkpoint {
 			data, err := os.ReadFile(filepath.Join(dir, memoryCheckpointName))
 			if err != nil {
-				ans.Error = fmt.Sprintf("reading the memory checkpoint: %v", err)
-				return ans
+				return inputFailure(fmt.Sprintf("reading the memory checkpoint: %v", err))
 			}
 			ans.MemoryCheckpoint = string(data)
 		}
 	}
-	return ans
+	return nil
 }
 
 // snapshot is the state's shared pool and assignments as strings.
