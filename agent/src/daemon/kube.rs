@@ -248,16 +248,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
     // NodeResourceTopology (--nrt): its own writer, fed the object of each published cycle.
-    let nrt_tx = args.nrt.then(|| {
-        let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
-        tokio::spawn(super::nrt::writer(
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            node.clone(),
-            nrt_rx,
-        ));
-        nrt_tx
-    });
+    let nrt_tx = args.nrt.then(|| spawn_nrt_writer(&client, &node));
     // Actuation verdicts come back as core events (the task runs with actuation off too, to
     // answer a rollout mark with ActuationDisabled).
     let (act_tx, act_rx) = tokio::sync::mpsc::channel(4);
@@ -369,6 +360,22 @@ where
         }
     }
     (stop, kubelet_read)
+}
+
+/// Starts the NodeResourceTopology writer task for `node`; returns the channel that feeds
+/// it the latest object.
+fn spawn_nrt_writer(
+    client: &Client,
+    node: &str,
+) -> tokio::sync::watch::Sender<Option<NodeResourceTopology>> {
+    let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(super::nrt::writer(
+        Api::all(client.clone()),
+        Api::all(client.clone()),
+        node.to_string(),
+        nrt_rx,
+    ));
+    nrt_tx
 }
 
 /// Hands the NodeResourceTopology object for `status` to its writer, or logs (debug) why
