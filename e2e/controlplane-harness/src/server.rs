@@ -383,39 +383,9 @@ impl ControlPlane {
     /// server stored them.
     pub async fn install_crds(&self) -> Result<Vec<CustomResourceDefinition>> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
-        let pp = PatchParams::apply("nodetopo-controlplane-tests").force();
         let mut out = Vec::new();
         for crd in nodetopo_crds::generate::crds() {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            api.patch(&name, &pp, &Patch::Apply(&crd))
-                .await
-                .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let got = api
-                    .get(&name)
-                    .await
-                    .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
-                let established = got
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    });
-                if established {
-                    out.push(got);
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::Other(format!(
-                        "CRD {name} not Established after 30s: {:?}",
-                        got.status
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            out.push(apply_crd_established(&api, &crd).await?);
         }
         Ok(out)
     }
@@ -430,39 +400,9 @@ impl ControlPlane {
             .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
             .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
-        let name = crd.metadata.name.clone().unwrap_or_default();
         let api: Api<CustomResourceDefinition> = Api::all(self.client());
-        api.patch(
-            &name,
-            &PatchParams::apply("nodetopo-controlplane-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = api
-                .get(&name)
-                .await
-                .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
-            let established = got
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-            if established {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "CRD {name} not Established after 30s"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        apply_crd_established(&api, &crd).await?;
+        Ok(())
     }
 
     /// Creates `namespace` and ServiceAccount `name` in it if absent (no controller-manager
@@ -602,5 +542,44 @@ impl Drop for ControlPlane {
             );
         }
         self.stop();
+    }
+}
+
+/// Applies `crd` (server-side apply, forced, field manager `nodetopo-controlplane-tests`)
+/// and waits up to 30 s until the server reports it Established. Returns the CRD as the
+/// server stored it.
+async fn apply_crd_established(
+    api: &Api<CustomResourceDefinition>,
+    crd: &CustomResourceDefinition,
+) -> Result<CustomResourceDefinition> {
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let pp = PatchParams::apply("nodetopo-controlplane-tests").force();
+    api.patch(&name, &pp, &Patch::Apply(crd))
+        .await
+        .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = api
+            .get(&name)
+            .await
+            .map_err(|e| Error::kube(format!("reading CRD {name}"), e))?;
+        let established = got
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return Ok(got);
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "CRD {name} not Established after 30s: {:?}",
+                got.status
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

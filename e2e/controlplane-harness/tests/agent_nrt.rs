@@ -8,31 +8,22 @@ mod agent_common;
 
 use std::time::Duration;
 
-use agent_common::{cpus_available, node_with_pods, start_nrt_agent, wait_object, PRESET};
+use agent_common::{cpus_available, nrt_node_with_two_pods, start_nrt_agent, wait_object, PRESET};
 use kube::api::{Api, DeleteParams};
 use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
 use nodetopo_crds::nrt::NodeResourceTopology;
-use serde_json::json;
 
 const NODE: &str = "nrt-node";
 const NS: &str = "nrt-test";
 
 #[tokio::test]
 async fn agent_publishes_node_resource_topology() {
-    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-agent", NS).await else {
+    let Some((Fixture { cp, bin }, node_uid, _, pods)) = nrt_node_with_two_pods(NS, NODE).await
+    else {
         return;
     };
-    cp.install_nrt_crd().await.expect("NRT CRD");
     let client = cp.client();
-    let (node_uid, _, pods) = node_with_pods(
-        &client,
-        NS,
-        NODE,
-        json!({"policy": "single-numa-node", "scope": "pod"}),
-        &[("g-1", 4), ("g-2", 2)],
-    )
-    .await;
 
     let absent_socket = cp.dir().join("absent/kubelet.sock");
     let (_agent, log_path) = start_nrt_agent(&cp, &bin, NODE, "nrt-agent", &absent_socket);

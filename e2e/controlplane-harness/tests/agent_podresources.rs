@@ -12,12 +12,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_common::{cpus_available, node_with_pods, start_nrt_agent, wait_object};
+use agent_common::{cpus_available, nrt_node_with_two_pods, start_nrt_agent, wait_object};
 use kube::api::{Api, DynamicObject};
 use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
 use nodetopo_crds::nrt::NodeResourceTopology;
-use serde_json::json;
 use tonic::{Request, Response, Status};
 
 #[allow(clippy::all, missing_docs, dead_code)]
@@ -97,19 +96,10 @@ fn gpus(o: &NodeResourceTopology) -> Option<(String, String)> {
 
 #[tokio::test]
 async fn agent_publishes_what_podresources_reports() {
-    let Some(Fixture { cp, bin }) = Fixture::start("nodetopo-agent", NS).await else {
+    let Some((Fixture { cp, bin }, _, nt, _)) = nrt_node_with_two_pods(NS, NODE).await else {
         return;
     };
-    cp.install_nrt_crd().await.expect("NRT CRD");
     let client = cp.client();
-    let (_, nt, _) = node_with_pods(
-        &client,
-        NS,
-        NODE,
-        json!({"policy": "single-numa-node", "scope": "pod"}),
-        &[("g-1", 4), ("g-2", 2)],
-    )
-    .await;
 
     // The kubelet: CPUs of its own choosing (not nodetopo's first-fit ones), two GPUs on
     // NUMA node 0, one of them g-1's.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
+use nodetopo_controlplane::fixture::Fixture;
 use nodetopo_controlplane::{process, server, wait, ControlPlane};
 use nodetopo_crds::nrt::NodeResourceTopology;
 use serde_json::{json, Value};
@@ -201,4 +202,25 @@ pub async fn node_with_pods(
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     create_pods(&pods, namespace, node, which).await;
     (uid, nt, pods)
+}
+
+/// What the NodeResourceTopology tests share: the agent's fixture with the upstream NRT CRD
+/// installed, and Node `node` under topology manager single-numa-node (pod scope) with the
+/// Guaranteed pods g-1 (4 CPUs) and g-2 (2 CPUs) in `namespace`. `None` when the fixture
+/// skips (no control-plane binaries); otherwise as [`node_with_pods`].
+pub async fn nrt_node_with_two_pods(
+    namespace: &str,
+    node: &str,
+) -> Option<(Fixture, String, Api<DynamicObject>, Api<Pod>)> {
+    let fixture = Fixture::start("nodetopo-agent", namespace).await?;
+    fixture.cp.install_nrt_crd().await.expect("NRT CRD");
+    let (uid, nt, pods) = node_with_pods(
+        &fixture.cp.client(),
+        namespace,
+        node,
+        json!({"policy": "single-numa-node", "scope": "pod"}),
+        &[("g-1", 4), ("g-2", 2)],
+    )
+    .await;
+    Some((fixture, uid, nt, pods))
 }
