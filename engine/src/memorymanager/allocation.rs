@@ -234,14 +234,7 @@ impl MemoryManager {
             self.rollback(pod_uid, snap);
             return;
         }
-        let names: Vec<String> = self
-            .blocks
-            .get(pod_uid)
-            .map(|c| c.keys().cloned().collect())
-            .unwrap_or_default();
-        for n in names {
-            self.remove_container(pod_uid, &n);
-        }
+        self.remove_containers(pod_uid);
     }
 
     /// Releases a container's blocks (kubelet `RemoveContainer`): memory goes back to the
@@ -283,6 +276,12 @@ impl MemoryManager {
 
     /// Releases every container of a pod and forgets its reusable memory.
     pub fn remove_pod(&mut self, pod_uid: &str) {
+        self.remove_containers(pod_uid);
+        self.reusable.remove(pod_uid);
+    }
+
+    /// Releases every container of `pod_uid` that holds blocks, as [`Self::remove_container`].
+    fn remove_containers(&mut self, pod_uid: &str) {
         let names: Vec<String> = self
             .blocks
             .get(pod_uid)
@@ -291,6 +290,5 @@ impl MemoryManager {
         for n in names {
             self.remove_container(pod_uid, &n);
         }
-        self.reusable.remove(pod_uid);
     }
 }
