@@ -8,51 +8,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodetopo_controlplane::repo_root;
 use nodetopo_crds::nrt::NodeResourceTopology;
 use serde_json::json;
 
 use crate::common::{api_message, control_plane};
-
-const CRD_FILE: &str = "charts/nodetopo/files/noderesourcetopology-api/crd.yaml";
-
-async fn install_upstream_crd(client: kube::Client) {
-    let text = std::fs::read_to_string(repo_root().join(CRD_FILE))
-        .unwrap_or_else(|e| panic!("{CRD_FILE}: {e}"));
-    let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{CRD_FILE}: {e}"));
-    let name = crd.metadata.name.clone().expect("CRD name");
-    let api: Api<CustomResourceDefinition> = Api::all(client);
-    api.patch(
-        &name,
-        &PatchParams::apply("nodetopo-controlplane-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = api.get(&name).await.expect("reading the CRD");
-        let established = got
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not Established after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn golden(file: &Path) -> NodeResourceTopology {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
@@ -73,7 +34,7 @@ fn content(o: &NodeResourceTopology) -> serde_json::Value {
 async fn nrt_objects_accepted_by_upstream_crd() {
     let Some(cp) = control_plane() else { return };
     let client = cp.client();
-    install_upstream_crd(client.clone()).await;
+    cp.install_nrt_crd().await.expect("NRT CRD");
     // Discovery of a new CRD's resource can lag Established by a moment.
     let api: Api<NodeResourceTopology> = Api::all(client);
     let dir = repo_root().join("crds/tests/data/nrt");
