@@ -45,20 +45,24 @@ pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
 /// The journal's file name (beside the state file).
 pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
 
+mod systemd;
+
+pub use systemd::{SystemdBus, SYSTEM_BUS};
+
 /// How the kubelet service is driven.
 pub trait KubeletService {
     /// Stops the kubelet.
     fn stop(&mut self) -> Result<(), String>;
     /// Starts the kubelet.
     fn start(&mut self) -> Result<(), String>;
+    /// Restarts the kubelet (started afterwards whether it ran before or not); by default a
+    /// stop then a start.
+    fn restart(&mut self) -> Result<(), String> {
+        self.stop()?;
+        self.start()
+    }
     /// Whether it runs healthily after a start.
     fn healthy(&mut self) -> Result<(), String>;
-}
-
-/// The kubelet as a systemd unit, through `systemctl`.
-pub struct Systemd {
-    /// The unit (`kubelet.service`).
-    pub unit: String,
 }
 
 fn run_argv(argv: &[String]) -> Result<(), String> {
@@ -76,23 +80,6 @@ fn run_argv(argv: &[String]) -> Result<(), String> {
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ))
-    }
-}
-
-impl KubeletService for Systemd {
-    fn stop(&mut self) -> Result<(), String> {
-        run_argv(&["systemctl".into(), "stop".into(), self.unit.clone()])
-    }
-    fn start(&mut self) -> Result<(), String> {
-        run_argv(&["systemctl".into(), "start".into(), self.unit.clone()])
-    }
-    fn healthy(&mut self) -> Result<(), String> {
-        run_argv(&[
-            "systemctl".into(),
-            "is-active".into(),
-            "--quiet".into(),
-            self.unit.clone(),
-        ])
     }
 }
 
@@ -136,6 +123,10 @@ impl KubeletService for DryRun {
     }
     fn start(&mut self) -> Result<(), String> {
         self.actions.push("start the kubelet".into());
+        Ok(())
+    }
+    fn restart(&mut self) -> Result<(), String> {
+        self.actions.push("restart the kubelet".into());
         Ok(())
     }
     fn healthy(&mut self) -> Result<(), String> {
@@ -310,9 +301,16 @@ pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Re
         }
         Recovery::RolledBack
     };
-    // The kubelet may have been stopped by the interrupted apply.
-    svc.start()
-        .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
+    // The kubelet may have been stopped by the interrupted apply (rolled back: start it on
+    // the old files), or still run the old configuration with the new files in place
+    // (rolled forward: restart it, which also starts a stopped one).
+    if r == Recovery::RolledForward {
+        svc.restart()
+            .map_err(|e| anyhow::anyhow!("restarting the kubelet after recovery: {e}"))?;
+    } else {
+        svc.start()
+            .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
+    }
     remove_durable(&files.journal())?;
     Ok(r)
 }
@@ -507,9 +505,13 @@ fn carry_out(
         }
         msg
     };
-    // 3. Stop, write, start.
-    if let Err(x) = svc.stop() {
-        return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
+    // 3. RewriteState: stop, write, start (a running kubelet rewrites its checkpoint from
+    // memory). RestartOnly: write, restart (the kubelet reads its configuration only when it
+    // starts, so the drop-in can go in while it runs).
+    if new_state.is_some() {
+        if let Err(x) = svc.stop() {
+            return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
+        }
     }
     if let Some(s) = new_state {
         if let Err(x) = write_file_atomic(&files.state, s.as_bytes()) {
@@ -523,8 +525,15 @@ fn carry_out(
     if let Err(x) = write_journal(files, &journal) {
         return Err(rollback(svc, format!("{x:#}")));
     }
-    if let Err(x) = svc.start() {
-        return Err(rollback(svc, format!("starting the kubelet failed: {x}")));
+    let started = if new_state.is_some() {
+        svc.start()
+            .map_err(|x| format!("starting the kubelet failed: {x}"))
+    } else {
+        svc.restart()
+            .map_err(|x| format!("restarting the kubelet failed: {x}"))
+    };
+    if let Err(x) = started {
+        return Err(rollback(svc, x));
     }
     // 4. Verify.
     if let Err(why) = verify(files, input, desired, svc) {
@@ -594,6 +603,17 @@ pub struct Args {
     /// systemd unit.
     #[arg(long, default_value = "kubelet.service")]
     pub unit: String,
+    /// `--restart systemd`: the D-Bus address of systemd (the system bus; or systemd's
+    /// private socket `unix:path=/run/systemd/private` with --systemd-direct).
+    #[arg(long, default_value = SYSTEM_BUS)]
+    pub systemd_address: String,
+    /// `--restart systemd`: the address is a direct (peer-to-peer) connection to systemd,
+    /// such as its private socket: no bus, no Hello.
+    #[arg(long)]
+    pub systemd_direct: bool,
+    /// `--restart systemd`: how long one systemd job (stop, start, restart) may take.
+    #[arg(long, default_value_t = systemd::DEFAULT_TIMEOUT.as_secs())]
+    pub systemd_timeout_seconds: u64,
     /// `--restart command`: stop command (whitespace-separated argv).
     #[arg(long)]
     pub stop_command: Option<String>,
@@ -611,11 +631,13 @@ pub struct Args {
 /// How `apply` drives the kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RestartMode {
-    /// systemctl stop/start/is-active on the unit.
+    /// systemd over D-Bus: StopUnit/StartUnit/RestartUnit on the unit, each job waited for
+    /// (JobRemoved, result `done`); healthy when the unit's ActiveState is `active`.
     Systemd,
     /// The given commands.
     Command,
-    /// Record what would be done; change nothing.
+    /// Record what would be done; change nothing (`none` is the same).
+    #[value(alias = "none")]
     DryRun,
 }
 
@@ -635,9 +657,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         state: args.state.clone(),
     };
     let mut svc: Box<dyn KubeletService> = match args.restart {
-        RestartMode::Systemd => Box::new(Systemd {
-            unit: args.unit.clone(),
-        }),
+        RestartMode::Systemd => Box::new(SystemdBus::new(
+            &args.unit,
+            &args.systemd_address,
+            args.systemd_direct,
+            std::time::Duration::from_secs(args.systemd_timeout_seconds),
+        )?),
         RestartMode::Command => Box::new(Commands {
             stop: argv(&args.stop_command, "--stop-command")?,
             start: argv(&args.start_command, "--start-command")?,
