@@ -139,6 +139,8 @@ render no-kubelet-state --set agent.kubeletStateDir=
 render podresources-only --set agent.readPodResources=true
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
+render actuation-private --set agent.actuation.enabled=true --set agent.actuation.systemdBus=private
+render actuation-none --set agent.actuation.enabled=true --set agent.actuation.restart=none
 render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
   --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
   --set "agent.actuation.startCommand=/usr/local/bin/kubelet-ctl start"
@@ -165,7 +167,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-command; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-command; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -263,11 +265,34 @@ PODRES_DIR = KUBELET_ROOT + "/pod-resources"
 # (root's, mode 0755 in a 0750 directory): uid 0 with no capabilities at all, the socket's
 # directory mounted read-only, and the flag pointing into it.
 # agent.actuation.enabled: the agent container alone runs as uid 0 (no capability added) and
-# writes exactly the drop-in directory, the kubelet directory (state file, its backup and the
-# journal, replaced by rename) and, with restart=systemd, /run/systemd.
-actuation_on = any("--actuation" in c.get("args", []) for w in by_kind("DaemonSet")
-                   for c in w["spec"]["template"]["spec"].get("containers", []))
-ACTUATION_RW = {"kubelet-conf-d", "kubelet-dir", "systemd-run"}
+# writes exactly the drop-in directory and the kubelet directory (state file, its backup and
+# the journal, replaced by rename; the executor enforces which files); with restart=none
+# (dry run) nothing. With restart=systemd one D-Bus socket, read-only, type Socket.
+agent_args = [a for w in by_kind("DaemonSet")
+              for c in w["spec"]["template"]["spec"].get("containers", []) for a in c.get("args", [])]
+actuation_on = "--actuation" in agent_args
+dry_run = "--kubelet-restart=none" in agent_args
+ACTUATION_RW = set() if dry_run else {"kubelet-conf-d", "kubelet-dir"}
+DBUS_SOCKETS = {"/run/dbus/system_bus_socket", "/run/systemd/private"}
+uses_systemd = "--kubelet-restart=systemd" in agent_args
+for w in by_kind("DaemonSet"):
+    dbus = [v for v in w["spec"]["template"]["spec"].get("volumes", [])
+            if v.get("hostPath", {}).get("path") in DBUS_SOCKETS or v["name"] == "systemd-dbus"]
+    if actuation_on and uses_systemd:
+        check(len(dbus) == 1 and dbus[0]["hostPath"].get("type") == "Socket",
+              f"{w['metadata']['name']}: restart=systemd mounts exactly one D-Bus socket (type Socket): {[v['hostPath'] for v in dbus]}")
+        direct = "--kubelet-systemd-direct" in agent_args
+        want = "/run/systemd/private" if direct else "/run/dbus/system_bus_socket"
+        check(dbus and dbus[0]["hostPath"]["path"] == want,
+              f"{w['metadata']['name']}: the D-Bus socket is {want} ({'direct' if direct else 'system bus'})")
+        check(any(a.startswith("--kubelet-systemd-address=unix:path=/host/dbus/") for a in agent_args),
+              f"{w['metadata']['name']}: --kubelet-systemd-address points into the socket's mount")
+    else:
+        check(not dbus, f"{w['metadata']['name']}: no D-Bus socket mounted without actuation restart=systemd")
+    check(not any(v.get("hostPath", {}).get("path", "").startswith("/run/systemd") and
+                  v["hostPath"]["path"] != "/run/systemd/private"
+                  for v in w["spec"]["template"]["spec"].get("volumes", [])),
+          f"{w['metadata']['name']}: /run/systemd itself never mounted")
 for w in workloads:
     name, comp = w["metadata"]["name"], component(w)
     pod = w["spec"]["template"]["spec"]
@@ -323,7 +348,7 @@ for w in workloads:
             check(uid == 0 and non_root is False, f"{cn}: actuation runs the agent as uid 0 ({uid})")
             rw = {m["name"] for m in c.get("volumeMounts", []) if not m.get("readOnly")}
             check(rw <= {"state"} | ACTUATION_RW,
-                  f"{cn}: writable mounts only the state, drop-in, kubelet and systemd directories ({sorted(rw)})")
+                  f"{cn}: writable mounts only the state, drop-in and kubelet directories ({sorted(rw)}){' (dry run: only the state)' if dry_run else ''}")
         else:
             check(is_podres_root or non_root is True, f"{cn}: runAsNonRoot true")
             uid = sc.get("runAsUser", psc.get("runAsUser"))
@@ -347,7 +372,7 @@ for w in workloads:
             hp = v["hostPath"]["path"]
             # Never the kubelet directory nor anything in it but its CPU manager state file
             # (pki/ holds the kubelet's client key, pods/ every pod's secrets and tokens).
-            if actuation_on and comp == "agent" and v["name"] in ACTUATION_RW | {"kubelet-config"}:
+            if actuation_on and comp == "agent" and v["name"] in {"kubelet-conf-d", "kubelet-dir", "kubelet-config"}:
                 pass
             elif hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
                 ok = ((hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File")
@@ -361,6 +386,11 @@ for w in workloads:
                 check(v["name"] in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) writable for actuation")
             else:
                 check(v["name"] not in mounts_rw, f"{name}: hostPath {hp} ({v['name']}) mounted read-only")
+    if not actuation_on or dry_run:
+        rw_host = sorted(v["name"] for v in pod.get("volumes", [])
+                         if "hostPath" in v and v["name"] in mounts_rw and v["name"] != "state")
+        check(not rw_host,
+              f"{name}: {'actuation off' if not actuation_on else 'dry run'}: no writable hostPath but the agent's own state directory ({rw_host})")
     env = {e["name"]: e for c in pod.get("containers", []) for e in c.get("env", [])}
     if comp == "agent":
         check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
@@ -588,7 +618,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-command yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-command yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -629,11 +659,14 @@ else
 fi
 # Actuation's privileges appear only when it is on.
 if ! grep -q -- "--actuation" "$WORK/defaults.yaml" && ! grep -q "pods/eviction" "$WORK/defaults.yaml" &&
-  ! grep -q "/run/systemd" "$WORK/defaults.yaml" &&
-  grep -q -- "--actuation" "$WORK/actuation.yaml" && grep -q "path: /run/systemd" "$WORK/actuation.yaml" &&
-  ! grep -q "path: /run/systemd" "$WORK/actuation-command.yaml" &&
+  ! grep -qE "/run/systemd|/run/dbus|type: Socket" "$WORK/defaults.yaml" &&
+  grep -q -- "--actuation" "$WORK/actuation.yaml" && grep -q "path: /run/dbus/system_bus_socket$" "$WORK/actuation.yaml" &&
+  grep -q "path: /run/systemd/private$" "$WORK/actuation-private.yaml" &&
+  ! grep -qE "/run/systemd|/run/dbus" "$WORK/actuation-command.yaml" &&
+  ! grep -qE "/run/systemd|/run/dbus" "$WORK/actuation-none.yaml" &&
+  grep -q -- "--kubelet-restart=none" "$WORK/actuation-none.yaml" &&
   grep -q -- "--kubelet-start-command=/usr/local/bin/kubelet-ctl start" "$WORK/actuation-command.yaml"; then
-  pass "actuation flags, mounts and eviction RBAC only with agent.actuation.enabled; /run/systemd only for restart=systemd"
+  pass "actuation flags, mounts and eviction RBAC only with agent.actuation.enabled; the one D-Bus socket only for restart=systemd (system bus or systemd's private socket), none for restart=none/command or actuation off"
 else
   fail "agent.actuation.enabled does not switch the actuation flags, mounts and RBAC as expected"
 fi
@@ -644,6 +677,15 @@ elif grep -q "needs agent.actuation.stopCommand" "$WORK/act-cmd.err"; then
   pass "restart=command without commands fails with a clear message"
 else
   fail "restart=command without commands failed without naming the values: $(cat "$WORK/act-cmd.err")"
+fi
+
+if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set agent.actuation.enabled=true \
+  --set agent.actuation.restart=systemctl >/dev/null 2>"$WORK/act-bad.err"; then
+  fail "helm template accepted agent.actuation.restart=systemctl"
+elif grep -qE "systemd, none or command|value must be one of|systemctl" "$WORK/act-bad.err"; then
+  pass "agent.actuation.restart outside systemd|none|command refused with a clear message"
+else
+  fail "agent.actuation.restart=systemctl refused without naming the value: $(cat "$WORK/act-bad.err")"
 fi
 
 echo "chart-checks: $PASSED passed, $FAILED failed"

@@ -8,7 +8,9 @@
 //! Files written: the drop-in `<config dir>/90-nodetopo.conf` (a full KubeletConfiguration
 //! holding only the owned fields, mode 0644) and, for RewriteState, the CPU manager
 //! checkpoint, in the format it was in, with the kubelet's checksums. Every write is atomic
-//! (temp file in the same directory, fsync, rename, fsync of the directory).
+//! (temp file in the same directory, fsync, rename, fsync of the directory), and every write
+//! goes through [`AllowedWrites`], which refuses any path but the drop-in, the state file,
+//! their backups and the journal.
 //!
 //! Crash safety (the agent can be killed at any instant): before anything is changed the
 //! current files are copied to `<name>.nodetopo-backup` beside them, then a journal
@@ -26,8 +28,6 @@
 //! under the new configuration. On failure: restore the backups, restart again, report
 //! `Failed` with the reason.
 
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -45,20 +45,26 @@ pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
 /// The journal's file name (beside the state file).
 pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
 
+mod systemd;
+mod writes;
+
+pub use systemd::{SystemdBus, SYSTEM_BUS};
+pub use writes::AllowedWrites;
+
 /// How the kubelet service is driven.
 pub trait KubeletService {
     /// Stops the kubelet.
     fn stop(&mut self) -> Result<(), String>;
     /// Starts the kubelet.
     fn start(&mut self) -> Result<(), String>;
+    /// Restarts the kubelet (started afterwards whether it ran before or not); by default a
+    /// stop then a start.
+    fn restart(&mut self) -> Result<(), String> {
+        self.stop()?;
+        self.start()
+    }
     /// Whether it runs healthily after a start.
     fn healthy(&mut self) -> Result<(), String>;
-}
-
-/// The kubelet as a systemd unit, through `systemctl`.
-pub struct Systemd {
-    /// The unit (`kubelet.service`).
-    pub unit: String,
 }
 
 fn run_argv(argv: &[String]) -> Result<(), String> {
@@ -76,23 +82,6 @@ fn run_argv(argv: &[String]) -> Result<(), String> {
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ))
-    }
-}
-
-impl KubeletService for Systemd {
-    fn stop(&mut self) -> Result<(), String> {
-        run_argv(&["systemctl".into(), "stop".into(), self.unit.clone()])
-    }
-    fn start(&mut self) -> Result<(), String> {
-        run_argv(&["systemctl".into(), "start".into(), self.unit.clone()])
-    }
-    fn healthy(&mut self) -> Result<(), String> {
-        run_argv(&[
-            "systemctl".into(),
-            "is-active".into(),
-            "--quiet".into(),
-            self.unit.clone(),
-        ])
     }
 }
 
@@ -138,6 +127,10 @@ impl KubeletService for DryRun {
         self.actions.push("start the kubelet".into());
         Ok(())
     }
+    fn restart(&mut self) -> Result<(), String> {
+        self.actions.push("restart the kubelet".into());
+        Ok(())
+    }
     fn healthy(&mut self) -> Result<(), String> {
         Ok(())
     }
@@ -159,7 +152,8 @@ impl KubeletFiles {
     pub fn dropin(&self) -> PathBuf {
         self.config_dir.join(kubelet::DROPIN_NAME)
     }
-    fn journal(&self) -> PathBuf {
+    /// The apply journal (beside the state file).
+    pub fn journal(&self) -> PathBuf {
         self.state
             .parent()
             .unwrap_or(Path::new("."))
@@ -185,37 +179,6 @@ struct Journal {
     writes_state: bool,
 }
 
-/// Writes `bytes` to `path` atomically with mode 0644.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.nodetopo-tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 fn read_opt(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
@@ -224,29 +187,16 @@ fn read_opt(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     }
 }
 
-fn remove_durable(path: &Path) -> anyhow::Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing {}", dir.display()))?;
-    }
-    Ok(())
-}
-
 /// Puts a file back from its backup (or removes it when it did not exist before).
-fn restore(path: &Path, existed: bool) -> anyhow::Result<()> {
+fn restore(w: &AllowedWrites, path: &Path, existed: bool) -> anyhow::Result<()> {
     if existed {
         let b = backup_of(path);
         let bytes = std::fs::read(&b)
             .with_context(|| format!("reading the backup {} to restore", b.display()))?;
-        write_file_atomic(path, &bytes).with_context(|| format!("restoring {}", path.display()))
+        w.write(path, &bytes)
+            .with_context(|| format!("restoring {}", path.display()))
     } else {
-        remove_durable(path)
+        w.remove(path)
     }
 }
 
@@ -259,28 +209,10 @@ fn read_journal(files: &KubeletFiles) -> anyhow::Result<Option<Journal>> {
         .with_context(|| format!("the journal {} is damaged", files.journal().display()))
 }
 
-fn write_journal(files: &KubeletFiles, j: &Journal) -> anyhow::Result<()> {
+fn write_journal(w: &AllowedWrites, files: &KubeletFiles, j: &Journal) -> anyhow::Result<()> {
     let bytes = serde_json::to_vec(j)?;
-    write_file_atomic(&files.journal(), &bytes)
+    w.write(&files.journal(), &bytes)
         .with_context(|| format!("writing {}", files.journal().display()))
-}
-
-/// Removes temp files an apply killed between create and rename left behind (best effort:
-/// the kubelet ignores them, their names do not end in `.conf`).
-fn remove_stale_temps(files: &KubeletFiles) {
-    let own = format!(".nodetopo-tmp.{}", std::process::id());
-    let state_dir = files.state.parent().unwrap_or(Path::new("."));
-    for dir in [files.config_dir.as_path(), state_dir] {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.contains(".nodetopo-tmp.") && !name.ends_with(&own) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
 }
 
 /// What [`recover`] did.
@@ -297,23 +229,31 @@ pub enum Recovery {
 /// Finishes or undoes an apply interrupted by a crash; always leaves the kubelet started
 /// when there was one to finish.
 pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Result<Recovery> {
-    remove_stale_temps(files);
+    let w = AllowedWrites::of(files);
+    w.remove_stale_temps();
     let Some(j) = read_journal(files)? else {
         return Ok(Recovery::Nothing);
     };
     let r = if j.phase == "written" {
         Recovery::RolledForward
     } else {
-        restore(&files.dropin(), j.dropin_existed)?;
+        restore(&w, &files.dropin(), j.dropin_existed)?;
         if j.writes_state {
-            restore(&files.state, j.state_existed)?;
+            restore(&w, &files.state, j.state_existed)?;
         }
         Recovery::RolledBack
     };
-    // The kubelet may have been stopped by the interrupted apply.
-    svc.start()
-        .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
-    remove_durable(&files.journal())?;
+    // The kubelet may have been stopped by the interrupted apply (rolled back: start it on
+    // the old files), or still run the old configuration with the new files in place
+    // (rolled forward: restart it, which also starts a stopped one).
+    if r == Recovery::RolledForward {
+        svc.restart()
+            .map_err(|e| anyhow::anyhow!("restarting the kubelet after recovery: {e}"))?;
+    } else {
+        svc.start()
+            .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
+    }
+    w.remove(&files.journal())?;
     Ok(r)
 }
 
@@ -462,17 +402,18 @@ fn carry_out(
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     let e = |what: &str, err: anyhow::Error| format!("{what}: {err:#}");
+    let w = AllowedWrites::of(files);
     let dropin_path = files.dropin();
     let old_dropin = read_opt(&dropin_path).map_err(|x| e("reading the drop-in", x))?;
     let old_state = read_opt(&files.state).map_err(|x| e("reading the state", x))?;
     // 1. Backups, durable, before anything changes.
     if let Some(b) = &old_dropin {
-        write_file_atomic(&backup_of(&dropin_path), b)
+        w.write(&backup_of(&dropin_path), b)
             .map_err(|x| format!("backing up the drop-in: {x}"))?;
     }
     if new_state.is_some() {
         if let Some(b) = &old_state {
-            write_file_atomic(&backup_of(&files.state), b)
+            w.write(&backup_of(&files.state), b)
                 .map_err(|x| format!("backing up the state: {x}"))?;
         }
     }
@@ -483,14 +424,14 @@ fn carry_out(
         state_existed: old_state.is_some(),
         writes_state: new_state.is_some(),
     };
-    write_journal(files, &journal).map_err(|x| e("writing the journal", x))?;
+    write_journal(&w, files, &journal).map_err(|x| e("writing the journal", x))?;
     let rollback = |svc: &mut dyn KubeletService, why: String| -> String {
         let mut msg = why;
         let undo = (|| -> anyhow::Result<()> {
             let _ = svc.stop();
-            restore(&dropin_path, journal.dropin_existed)?;
+            restore(&w, &dropin_path, journal.dropin_existed)?;
             if journal.writes_state {
-                restore(&files.state, journal.state_existed)?;
+                restore(&w, &files.state, journal.state_existed)?;
             }
             Ok(())
         })();
@@ -502,35 +443,47 @@ fn carry_out(
             Ok(()) => msg.push_str(" and the kubelet restarted"),
             Err(x) => msg.push_str(&format!(", but restarting the kubelet failed: {x}")),
         }
-        if remove_durable(&files.journal()).is_err() {
+        if w.remove(&files.journal()).is_err() {
             msg.push_str(" (the journal could not be removed; the next apply rolls back again)");
         }
         msg
     };
-    // 3. Stop, write, start.
-    if let Err(x) = svc.stop() {
-        return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
+    // 3. RewriteState: stop, write, start (a running kubelet rewrites its checkpoint from
+    // memory). RestartOnly: write, restart (the kubelet reads its configuration only when it
+    // starts, so the drop-in can go in while it runs).
+    if new_state.is_some() {
+        if let Err(x) = svc.stop() {
+            return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
+        }
     }
     if let Some(s) = new_state {
-        if let Err(x) = write_file_atomic(&files.state, s.as_bytes()) {
+        if let Err(x) = w.write(&files.state, s.as_bytes()) {
             return Err(rollback(svc, format!("writing the state failed: {x}")));
         }
     }
-    if let Err(x) = write_file_atomic(&dropin_path, dropin.as_bytes()) {
+    if let Err(x) = w.write(&dropin_path, dropin.as_bytes()) {
         return Err(rollback(svc, format!("writing the drop-in failed: {x}")));
     }
     journal.phase = "written".into();
-    if let Err(x) = write_journal(files, &journal) {
+    if let Err(x) = write_journal(&w, files, &journal) {
         return Err(rollback(svc, format!("{x:#}")));
     }
-    if let Err(x) = svc.start() {
-        return Err(rollback(svc, format!("starting the kubelet failed: {x}")));
+    let started = if new_state.is_some() {
+        svc.start()
+            .map_err(|x| format!("starting the kubelet failed: {x}"))
+    } else {
+        svc.restart()
+            .map_err(|x| format!("restarting the kubelet failed: {x}"))
+    };
+    if let Err(x) = started {
+        return Err(rollback(svc, x));
     }
     // 4. Verify.
     if let Err(why) = verify(files, input, desired, svc) {
         return Err(rollback(svc, format!("verification failed: {why}")));
     }
-    remove_durable(&files.journal()).map_err(|x| e("removing the journal", x))?;
+    w.remove(&files.journal())
+        .map_err(|x| e("removing the journal", x))?;
     Ok(())
 }
 
@@ -594,6 +547,17 @@ pub struct Args {
     /// systemd unit.
     #[arg(long, default_value = "kubelet.service")]
     pub unit: String,
+    /// `--restart systemd`: the D-Bus address of systemd (the system bus; or systemd's
+    /// private socket `unix:path=/run/systemd/private` with --systemd-direct).
+    #[arg(long, default_value = SYSTEM_BUS)]
+    pub systemd_address: String,
+    /// `--restart systemd`: the address is a direct (peer-to-peer) connection to systemd,
+    /// such as its private socket: no bus, no Hello.
+    #[arg(long)]
+    pub systemd_direct: bool,
+    /// `--restart systemd`: how long one systemd job (stop, start, restart) may take.
+    #[arg(long, default_value_t = systemd::DEFAULT_TIMEOUT.as_secs())]
+    pub systemd_timeout_seconds: u64,
     /// `--restart command`: stop command (whitespace-separated argv).
     #[arg(long)]
     pub stop_command: Option<String>,
@@ -611,11 +575,13 @@ pub struct Args {
 /// How `apply` drives the kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RestartMode {
-    /// systemctl stop/start/is-active on the unit.
+    /// systemd over D-Bus: StopUnit/StartUnit/RestartUnit on the unit, each job waited for
+    /// (JobRemoved, result `done`); healthy when the unit's ActiveState is `active`.
     Systemd,
     /// The given commands.
     Command,
-    /// Record what would be done; change nothing.
+    /// Record what would be done; change nothing (`none` is the same).
+    #[value(alias = "none")]
     DryRun,
 }
 
@@ -635,9 +601,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         state: args.state.clone(),
     };
     let mut svc: Box<dyn KubeletService> = match args.restart {
-        RestartMode::Systemd => Box::new(Systemd {
-            unit: args.unit.clone(),
-        }),
+        RestartMode::Systemd => Box::new(SystemdBus::new(
+            &args.unit,
+            &args.systemd_address,
+            args.systemd_direct,
+            std::time::Duration::from_secs(args.systemd_timeout_seconds),
+        )?),
         RestartMode::Command => Box::new(Commands {
             stop: argv(&args.stop_command, "--stop-command")?,
             start: argv(&args.start_command, "--start-command")?,

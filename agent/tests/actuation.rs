@@ -348,3 +348,131 @@ fn kill_9_during_apply_leaves_old_or_new() {
         "kill points did not cover the apply"
     );
 }
+
+/// Every file and directory under `root`: relative path -> (mode, contents; None for a
+/// directory).
+type Tree = std::collections::BTreeMap<String, (u32, Option<Vec<u8>>)>;
+
+fn tree(root: &std::path::Path) -> Tree {
+    let mut out = Tree::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let meta = fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let mode = meta.permissions().mode();
+            if meta.is_dir() {
+                out.insert(rel, (mode, None));
+                stack.push(p);
+            } else {
+                out.insert(rel, (mode, Some(fs::read(&p).unwrap())));
+            }
+        }
+    }
+    out
+}
+
+/// The paths whose name, mode or contents differ between two trees.
+fn changed(before: &Tree, after: &Tree) -> Vec<String> {
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
+}
+
+/// A kubelet directory with neighbours the executor must never touch: another drop-in,
+/// the memory manager state, a key, a pod directory, a subdirectory of the config dir.
+fn kubelet_with_neighbours() -> Kubelet {
+    let k = Kubelet::new();
+    fs::write(k.p("conf.d/10-site.conf"), "maxPods: 110\n").unwrap();
+    fs::create_dir_all(k.p("conf.d/extra")).unwrap();
+    fs::write(k.p("conf.d/extra/20-x.conf"), "# nothing\n").unwrap();
+    fs::write(k.p("lib/memory_manager_state"), "{}").unwrap();
+    fs::create_dir_all(k.p("lib/pki")).unwrap();
+    fs::write(k.p("lib/pki/kubelet-client.key"), "secret").unwrap();
+    fs::set_permissions(
+        k.p("lib/pki/kubelet-client.key"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    fs::create_dir_all(k.p("lib/pods/uid-1/volumes")).unwrap();
+    k
+}
+
+#[test]
+fn apply_writes_only_the_dropin_the_state_their_backups_and_journal() {
+    const ALLOWED: [&str; 5] = [
+        "conf.d/90-nodetopo.conf",
+        "conf.d/90-nodetopo.conf.nodetopo-backup",
+        "lib/cpu_manager_state",
+        "lib/cpu_manager_state.nodetopo-backup",
+        "lib/nodetopo-apply.journal",
+    ];
+    let failing_start = [
+        "--restart",
+        "command",
+        "--stop-command",
+        "true",
+        "--start-command",
+        "false",
+    ];
+    // (policy, hooks, expected reason, paths that must have changed)
+    let cases: [(&str, &[&str], &str, &[&str]); 5] = [
+        (
+            "policy-strict.yaml",
+            &OK_HOOKS,
+            "StateRewritten",
+            &[
+                "conf.d/90-nodetopo.conf",
+                "lib/cpu_manager_state",
+                "lib/cpu_manager_state.nodetopo-backup",
+            ],
+        ),
+        (
+            "policy-restart.yaml",
+            &OK_HOOKS,
+            "RestartOnly",
+            &["conf.d/90-nodetopo.conf"],
+        ),
+        // Failure and restore: only the backup stays behind.
+        (
+            "policy-strict.yaml",
+            &failing_start,
+            "Failed",
+            &["lib/cpu_manager_state.nodetopo-backup"],
+        ),
+        ("policy-restart.yaml", &failing_start, "Failed", &[]),
+        // Dry run: nothing at all.
+        ("policy-strict.yaml", &["--restart", "none"], "DryRun", &[]),
+    ];
+    let mut n = 0;
+    for (policy, hooks, reason, must) in cases {
+        let k = kubelet_with_neighbours();
+        let before = tree(k.dir.path());
+        let (_, v) = k.apply(policy, hooks);
+        assert_eq!(v["reason"], reason, "{policy} {hooks:?}: {v:#}");
+        let after = tree(k.dir.path());
+        let diff = changed(&before, &after);
+        for p in &diff {
+            assert!(
+                ALLOWED.contains(&p.as_str()),
+                "{policy} {hooks:?}: apply changed {p}, which it may not write"
+            );
+        }
+        let mut want: Vec<String> = must.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(diff, want, "{policy} {hooks:?}: changed paths");
+        for p in &diff {
+            if let Some((mode, Some(_))) = after.get(p) {
+                assert_eq!(mode & 0o777, 0o644, "{p}: mode");
+            }
+        }
+        n += 1;
+    }
+    println!("apply writes: {n} applies snapshotted (config dir and kubelet dir, names, contents, modes); nothing outside the allowed files changed");
+}

@@ -138,6 +138,10 @@ pub mod reason {
     /// Applied False: the operator asked this node to apply, but the agent runs with
     /// actuation off (chart value `agent.actuation.enabled`).
     pub const ACTUATION_DISABLED: &str = "ActuationDisabled";
+    /// Applied False: the agent's restarter is `none` (dry run, chart value
+    /// `agent.actuation.restart`): the plan and what would be done are reported in
+    /// `status.change`, nothing was changed and the kubelet was not restarted.
+    pub const DRY_RUN: &str = "DryRun";
 
     // Progressing (NodeResourcePolicy, rollout).
     /// Progressing True: nodes are being changed, batch by batch.

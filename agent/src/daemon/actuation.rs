@@ -14,7 +14,7 @@
 //!   `--actuation-retry-seconds` until the kubelet state no longer needs them.
 //!
 //! A generation with a final verdict (True, `Failed`, `DrainRequired`, `EvictionNotAllowed`,
-//! `ActuationDisabled`) is not applied again; a new spec (new generation) and a new mark are
+//! `ActuationDisabled`, `DryRun`) is not applied again; a new spec (new generation) and a new mark are
 //! needed. The decisions are the pure [`next_step`] and [`outcome_of`]; [`run`] is the shell.
 
 use std::path::{Path, PathBuf};
@@ -51,12 +51,23 @@ pub struct ActuationArgs {
     /// The kubelet's drop-in directory (`--config-dir`), where `90-nodetopo.conf` goes.
     #[arg(long, default_value = kubelet::DEFAULT_CONFIG_DIR)]
     pub kubelet_config_dir: PathBuf,
-    /// How the kubelet is restarted: `systemd` (systemctl on --kubelet-unit) or `command`.
+    /// How the kubelet is restarted: `systemd` (over D-Bus, on --kubelet-unit), `command`,
+    /// or `none` (dry run: plan and report what would be done, touch nothing).
     #[arg(long, value_enum, default_value_t = RestartMode::Systemd)]
     pub kubelet_restart: RestartMode,
     /// systemd unit of the kubelet.
     #[arg(long, default_value = "kubelet.service")]
     pub kubelet_unit: String,
+    /// `--kubelet-restart systemd`: systemd's D-Bus address (the system bus by default).
+    #[arg(long, default_value = actuate::SYSTEM_BUS)]
+    pub kubelet_systemd_address: String,
+    /// `--kubelet-restart systemd`: the address is a direct connection to systemd (its
+    /// private socket), no bus.
+    #[arg(long)]
+    pub kubelet_systemd_direct: bool,
+    /// `--kubelet-restart systemd`: how long one systemd job may take.
+    #[arg(long, default_value_t = 120)]
+    pub kubelet_systemd_timeout_seconds: u64,
     /// `--kubelet-restart command`: stop command (whitespace-separated argv).
     #[arg(long)]
     pub kubelet_stop_command: Option<String>,
@@ -83,9 +94,12 @@ impl ActuationArgs {
             }
         };
         Ok(match self.kubelet_restart {
-            RestartMode::Systemd => Box::new(actuate::Systemd {
-                unit: self.kubelet_unit.clone(),
-            }),
+            RestartMode::Systemd => Box::new(actuate::SystemdBus::new(
+                &self.kubelet_unit,
+                &self.kubelet_systemd_address,
+                self.kubelet_systemd_direct,
+                Duration::from_secs(self.kubelet_systemd_timeout_seconds),
+            )?),
             RestartMode::Command => Box::new(actuate::Commands {
                 stop: argv(&self.kubelet_stop_command, "--kubelet-stop-command")?,
                 start: argv(&self.kubelet_start_command, "--kubelet-start-command")?,
@@ -95,9 +109,7 @@ impl ActuationArgs {
                     .map(|s| s.split_whitespace().map(String::from).collect())
                     .unwrap_or_default(),
             }),
-            RestartMode::DryRun => {
-                anyhow::bail!("--kubelet-restart dry-run is for `apply`, not the daemon")
-            }
+            RestartMode::DryRun => Box::new(actuate::DryRun::default()),
         })
     }
 }
@@ -137,6 +149,7 @@ pub fn is_final(reason_: &str, status: bool) -> bool {
             reason::DRAIN_REQUIRED,
             reason::EVICTION_NOT_ALLOWED,
             reason::ACTUATION_DISABLED,
+            reason::DRY_RUN,
         ]
         .contains(&reason_)
 }
@@ -298,6 +311,22 @@ pub fn outcome_of(
             (true, reason::STATE_REWRITTEN, report.message.clone())
         }
         "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
+        "DryRun" => {
+            done.extend(
+                report
+                    .actions
+                    .iter()
+                    .map(|a| format!("dry run, not done: would {a}")),
+            );
+            (
+                false,
+                reason::DRY_RUN,
+                format!(
+                    "dry run (--kubelet-restart none): nothing was changed and the kubelet was not restarted; the plan is {}: {}",
+                    report.plan.class, report.message
+                ),
+            )
+        }
         "WaitingForEviction" => {
             let pods = pods_to_evict(&report.plan);
             if eviction == EvictionMode::Never {
@@ -454,6 +483,7 @@ async fn apply_once(
         Ok(s) => s,
         Err(e) => return failed(format!("{e:#}")),
     };
+    let dry_run = args.kubelet_restart == RestartMode::DryRun;
     let (topology, files_c) = (topology.clone(), files.clone());
     let joined = tokio::task::spawn_blocking(move || {
         let mut svc = svc;
@@ -463,7 +493,7 @@ async fn apply_once(
                 files: &files_c,
                 pods: &engine_pods,
                 desired: &desired,
-                dry_run: false,
+                dry_run,
             },
             svc.as_mut(),
         )
@@ -475,7 +505,7 @@ async fn apply_once(
         Err(e) => return failed(format!("the apply task ended abnormally: {e}")),
     };
     let mut evictions = Vec::new();
-    if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict {
+    if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict && !dry_run {
         for pod in pods_to_evict(&report.plan) {
             evictions.push(evict(evict_client, &pod).await);
         }

@@ -143,6 +143,7 @@ pub fn node_rollout(
                 reason::EVICTION_NOT_ALLOWED,
                 reason::DRAIN_REQUIRED,
                 reason::ACTUATION_DISABLED,
+                reason::DRY_RUN,
             ]
             .contains(&c.reason.as_str()) =>
         {
@@ -509,6 +510,7 @@ mod tests {
             reason::EVICTION_NOT_ALLOWED,
             reason::DRAIN_REQUIRED,
             reason::ACTUATION_DISABLED,
+            reason::DRY_RUN,
         ] {
             check(Some(topology(2, Some(2), Some((false, r, 2)))), Held);
         }

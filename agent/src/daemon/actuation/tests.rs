@@ -209,3 +209,39 @@ fn desired_fields_from_a_spec() {
     assert_eq!(d.topology_manager_scope, "pod");
     assert_eq!(d.cpu_manager_policy_options["full-pcpus-only"], "true");
 }
+
+#[test]
+fn dry_run_reports_what_it_would_do_and_is_final() {
+    let mut r = report("DryRun", false, ChangeClass::RewriteState, &[]);
+    r.actions = vec![
+        "stop the kubelet".into(),
+        "rewrite /k/cpu_manager_state".into(),
+        "start the kubelet".into(),
+    ];
+    let o = outcome_of(7, &files(), &r, EvictionMode::Never, &[], vec![]);
+    assert_eq!(
+        (o.condition.status, o.condition.reason.as_str()),
+        (false, "DryRun")
+    );
+    assert!(
+        o.condition.message.contains("nothing was changed")
+            && o.condition.message.contains("not restarted")
+            && o.condition.message.contains("RewriteState"),
+        "{}",
+        o.condition.message
+    );
+    let done = o.change.unwrap().done;
+    assert_eq!(done.len(), 3);
+    assert!(done
+        .iter()
+        .all(|d| d.starts_with("dry run, not done: would ")));
+    // Never claims a restart happened.
+    assert!(!done.iter().any(|d| d.contains("restarted the kubelet")));
+    assert!(is_final("DryRun", false));
+    let last = (7, "DryRun".to_string(), false);
+    assert_eq!(
+        next_step(true, Some(7), Some("7"), None, Some(&last)),
+        Step::Idle
+    );
+    println!("actuation dry run: 1 verdict, final for its generation");
+}

@@ -1,0 +1,536 @@
+//! `nodetopo-agent apply --restart systemd` against a real D-Bus: a private `dbus-daemon`
+//! started here, and a fake `org.freedesktop.systemd1` (Manager and one Unit object) served
+//! from this test with zbus. The fake records every call, answers `NoSuchUnit` for unknown
+//! units, ends each job with a `JobRemoved` signal whose result the test chooses, and can
+//! delay a job past the restarter's timeout. Cases: RestartOnly (RestartUnit), RewriteState
+//! (StopUnit + StartUnit), a failed job (files restored and a second start), an unknown
+//! unit, a job that outlives the timeout, no bus at the address, and systemd's private
+//! socket (a direct connection without a bus, served here on a Unix socket).
+//!
+//! Only systemd is mocked (there is no systemd as PID 1 here); the bus, the wire protocol and
+//! the agent's restarter are real. Skipped, loudly, only when `dbus-daemon` is absent (and
+//! never with `NODETOPO_REQUIRE_DBUS` set, as CI does).
+
+use std::collections::{HashSet, VecDeque};
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::{ObjectPath, OwnedObjectPath};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
+const UNIT: &str = "kubelet.service";
+const UNIT_PATH: &str = "/org/freedesktop/systemd1/unit/kubelet_2eservice";
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
+}
+
+fn dbus_daemon() -> Option<PathBuf> {
+    [
+        "/usr/bin/dbus-daemon",
+        "/bin/dbus-daemon",
+        "/usr/local/bin/dbus-daemon",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// A private bus: `dbus-daemon` with a configuration that allows everything.
+struct Bus {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Bus {
+    fn start(daemon: &Path) -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("bus.conf");
+        fs::write(
+            &conf,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={}/bus</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(daemon)
+            .arg(format!("--config-file={}", conf.display()))
+            .args(["--nofork", "--print-address"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line.trim().to_string();
+        assert!(address.starts_with("unix:"), "dbus-daemon printed {line:?}");
+        Bus {
+            child,
+            address,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the fake systemd does and saw.
+#[derive(Default)]
+struct Fake {
+    calls: Vec<String>,
+    units: HashSet<String>,
+    /// Results of the next jobs, in order (`done` once empty).
+    results: VecDeque<&'static str>,
+    /// Delays of the next jobs' JobRemoved, in order (none once empty).
+    delays: VecDeque<Duration>,
+    active: String,
+    /// ActiveState reported whatever the jobs did (a unit that fails after starting).
+    stuck: Option<&'static str>,
+    next_job: u32,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.freedesktop.systemd1")]
+enum SdError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    NoSuchUnit(String),
+}
+
+struct Manager(Shared);
+
+impl Manager {
+    fn job(
+        &self,
+        method: &str,
+        name: &str,
+        mode: &str,
+        emitter: SignalEmitter<'_>,
+    ) -> Result<OwnedObjectPath, SdError> {
+        let mut f = self.0.lock().unwrap();
+        f.calls.push(format!("{method}({name},{mode})"));
+        if !f.units.contains(name) {
+            return Err(SdError::NoSuchUnit(format!("Unit {name} not found.")));
+        }
+        f.next_job += 1;
+        let id = f.next_job;
+        let result = f.results.pop_front().unwrap_or("done");
+        let delay = f.delays.pop_front().unwrap_or_default();
+        let after = match (method, result) {
+            ("StopUnit", "done") => "inactive",
+            (_, "done") => "active",
+            _ => "failed",
+        };
+        let path = format!("/org/freedesktop/systemd1/job/{id}");
+        let job = OwnedObjectPath::try_from(path.clone()).map_err(zbus::Error::from)?;
+        let (shared, emitter, unit) = (self.0.clone(), emitter.into_owned(), name.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            shared.lock().unwrap().active = after.to_string();
+            let p = ObjectPath::try_from(path.as_str()).unwrap();
+            let _ = Manager::job_removed(&emitter, id, p, &unit, result).await;
+        });
+        Ok(job)
+    }
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+impl Manager {
+    async fn subscribe(&self) {
+        self.0.lock().unwrap().calls.push("Subscribe".into());
+    }
+    async fn stop_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<OwnedObjectPath, SdError> {
+        self.job("StopUnit", name, mode, emitter)
+    }
+    async fn start_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<OwnedObjectPath, SdError> {
+        self.job("StartUnit", name, mode, emitter)
+    }
+    async fn restart_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<OwnedObjectPath, SdError> {
+        self.job("RestartUnit", name, mode, emitter)
+    }
+    async fn get_unit(&self, name: &str) -> Result<OwnedObjectPath, SdError> {
+        let mut f = self.0.lock().unwrap();
+        f.calls.push(format!("GetUnit({name})"));
+        if !f.units.contains(name) {
+            return Err(SdError::NoSuchUnit(format!("Unit {name} not loaded.")));
+        }
+        Ok(OwnedObjectPath::try_from(UNIT_PATH).map_err(zbus::Error::from)?)
+    }
+    #[zbus(signal)]
+    async fn job_removed(
+        emitter: &SignalEmitter<'_>,
+        id: u32,
+        job: ObjectPath<'_>,
+        unit: &str,
+        result: &str,
+    ) -> zbus::Result<()>;
+}
+
+struct Unit(Shared);
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Unit")]
+impl Unit {
+    #[zbus(property)]
+    async fn active_state(&self) -> String {
+        let f = self.0.lock().unwrap();
+        f.stuck.map_or_else(|| f.active.clone(), String::from)
+    }
+}
+
+fn fresh() -> Shared {
+    let f = Fake {
+        units: [UNIT.to_string()].into_iter().collect(),
+        active: "active".into(),
+        ..Fake::default()
+    };
+    Arc::new(Mutex::new(f))
+}
+
+/// Serves the fake on the bus under the name org.freedesktop.systemd1.
+async fn serve_on_bus(address: &str, shared: &Shared) -> zbus::Connection {
+    zbus::connection::Builder::address(address)
+        .unwrap()
+        .name("org.freedesktop.systemd1")
+        .unwrap()
+        .serve_at("/org/freedesktop/systemd1", Manager(shared.clone()))
+        .unwrap()
+        .serve_at(UNIT_PATH, Unit(shared.clone()))
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Serves the fake as systemd's private socket does: direct connections, no bus.
+async fn serve_direct(socket: &Path, shared: Shared) {
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let guid = zbus::Guid::generate();
+            let c = zbus::connection::Builder::unix_stream(stream)
+                .server(guid)
+                .unwrap()
+                .p2p()
+                .serve_at("/org/freedesktop/systemd1", Manager(shared.clone()))
+                .unwrap()
+                .serve_at(UNIT_PATH, Unit(shared.clone()))
+                .unwrap()
+                .build()
+                .await;
+            if let Ok(c) = c {
+                conns.push(c);
+            }
+        }
+    });
+}
+
+struct Kubelet {
+    dir: tempfile::TempDir,
+}
+
+impl Kubelet {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("conf.d")).unwrap();
+        fs::create_dir_all(dir.path().join("lib")).unwrap();
+        fs::copy(
+            examples().join("kubelet-config.yaml"),
+            dir.path().join("config.yaml"),
+        )
+        .unwrap();
+        fs::copy(
+            examples().join("cpu_manager_state"),
+            dir.path().join("lib/cpu_manager_state"),
+        )
+        .unwrap();
+        Kubelet { dir }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    /// Runs the real binary off the test's runtime threads (the fake answers meanwhile).
+    async fn apply(&self, policy: &str, extra: &[&str]) -> (Output, serde_json::Value) {
+        let mut c = Command::new(BIN);
+        c.arg("apply")
+            .args(["--preset", "epyc-7303-2p"])
+            .arg("--kubelet-config")
+            .arg(self.p("config.yaml"))
+            .arg("--kubelet-config-dir")
+            .arg(self.p("conf.d"))
+            .arg("--state")
+            .arg(self.p("lib/cpu_manager_state"))
+            .arg("--pods")
+            .arg(examples().join("pods.yaml"))
+            .arg("--policy")
+            .arg(examples().join(policy))
+            .args(["--restart", "systemd"])
+            .args(extra);
+        let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+            .await
+            .unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{policy}: no JSON report; exit {}, stderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, v)
+    }
+    fn read(&self, rel: &str) -> Option<Vec<u8>> {
+        fs::read(self.p(rel)).ok()
+    }
+}
+
+fn take_calls(shared: &Shared) -> Vec<String> {
+    std::mem::take(&mut shared.lock().unwrap().calls)
+}
+
+fn original_state() -> Vec<u8> {
+    fs::read(examples().join("cpu_manager_state")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_over_dbus() {
+    let Some(daemon) = dbus_daemon() else {
+        assert!(
+            std::env::var_os("NODETOPO_REQUIRE_DBUS").is_none(),
+            "NODETOPO_REQUIRE_DBUS is set but there is no dbus-daemon (apt-get install dbus-daemon)"
+        );
+        println!("SKIPPED restart_over_dbus: no dbus-daemon on this machine (apt-get install dbus-daemon); 0 cases ran");
+        return;
+    };
+    let bus = Bus::start(&daemon);
+    let shared = fresh();
+    let _server = serve_on_bus(&bus.address, &shared).await;
+    let addr = ["--systemd-address", bus.address.as_str()];
+    let mut n = 0;
+
+    // RestartOnly: one RestartUnit job, then the unit's ActiveState.
+    let k = Kubelet::new();
+    let (out, v) = k.apply("policy-restart.yaml", &addr).await;
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "RestartOnly");
+    assert_eq!(
+        take_calls(&shared),
+        [
+            "Subscribe",
+            "RestartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)"
+        ]
+    );
+    assert!(k.read("conf.d/90-nodetopo.conf").is_some());
+    n += 1;
+
+    // RewriteState: stop, rewrite, start.
+    let k = Kubelet::new();
+    let (out, v) = k.apply("policy-strict.yaml", &addr).await;
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "StateRewritten");
+    assert_eq!(
+        take_calls(&shared),
+        [
+            "Subscribe",
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)"
+        ]
+    );
+    assert!(k.read("lib/cpu_manager_state").unwrap() != original_state());
+    n += 1;
+
+    // The start job fails: Failed naming unit, method and result; both files restored; the
+    // kubelet stopped and started again on the old files.
+    let k = Kubelet::new();
+    shared
+        .lock()
+        .unwrap()
+        .results
+        .extend(["done", "failed", "done", "done"]);
+    let (out, v) = k.apply("policy-strict.yaml", &addr).await;
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["reason"], "Failed");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains("StartUnit(kubelet.service) ended with job result \"failed\""),
+        "{msg}"
+    );
+    assert!(msg.contains(&bus.address), "{msg}");
+    assert!(msg.contains("restored and the kubelet restarted"), "{msg}");
+    assert_eq!(
+        take_calls(&shared),
+        [
+            "Subscribe",
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)",
+            "Subscribe",
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)"
+        ]
+    );
+    assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    assert!(k.read("lib/nodetopo-apply.journal").is_none());
+    n += 1;
+
+    // A unit systemd does not know: NoSuchUnit, nothing left changed.
+    let k = Kubelet::new();
+    let mut args = addr.to_vec();
+    args.extend(["--unit", "nosuch.service"]);
+    let (out, v) = k.apply("policy-restart.yaml", &args).await;
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["reason"], "Failed");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains("org.freedesktop.systemd1.NoSuchUnit") && msg.contains(&bus.address),
+        "{msg}"
+    );
+    assert!(msg.contains("RestartUnit(nosuch.service) failed"), "{msg}");
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    take_calls(&shared);
+    n += 1;
+
+    // A job that outlives the timeout: an error saying so; restored.
+    let k = Kubelet::new();
+    shared
+        .lock()
+        .unwrap()
+        .delays
+        .push_back(Duration::from_secs(4));
+    let mut args = addr.to_vec();
+    args.extend(["--systemd-timeout-seconds", "1"]);
+    let (out, v) = k.apply("policy-restart.yaml", &args).await;
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains("RestartUnit(kubelet.service): job /org/freedesktop/systemd1/job/")
+            && msg.contains("did not end within 1 s"),
+        "{msg}"
+    );
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    take_calls(&shared);
+    n += 1;
+
+    // The job ends `done` but the unit is not active afterwards: unhealthy, restored, and
+    // stopped and started again.
+    let k = Kubelet::new();
+    shared.lock().unwrap().stuck = Some("failed");
+    let (out, v) = k.apply("policy-restart.yaml", &addr).await;
+    shared.lock().unwrap().stuck = None;
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains("kubelet.service is \"failed\", not \"active\""),
+        "{msg}"
+    );
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    assert_eq!(
+        take_calls(&shared),
+        [
+            "Subscribe",
+            "RestartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)",
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)"
+        ]
+    );
+    n += 1;
+
+    // No bus at the address: the error names it; nothing left changed.
+    let k = Kubelet::new();
+    let gone = format!("unix:path={}", k.p("no-bus").display());
+    let (out, v) = k
+        .apply("policy-restart.yaml", &["--systemd-address", &gone])
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&gone) && msg.contains("cannot connect"),
+        "{msg}"
+    );
+    assert!(k.read("conf.d/90-nodetopo.conf").is_none());
+    n += 1;
+
+    // A malformed address is a usage error (exit 2) before anything is read.
+    let k = Kubelet::new();
+    let mut c = Command::new(BIN);
+    c.args(["apply", "--recover-only", "--systemd-address", "nonsense"]);
+    c.arg("--state").arg(k.p("lib/cpu_manager_state"));
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the D-Bus address \"nonsense\""));
+    n += 1;
+
+    // systemd's private socket: a direct connection, no bus, no Hello.
+    let direct = fresh();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("private");
+    serve_direct(&sock, direct.clone()).await;
+    let k = Kubelet::new();
+    let a = format!("unix:path={}", sock.display());
+    let (out, v) = k
+        .apply(
+            "policy-strict.yaml",
+            &["--systemd-address", &a, "--systemd-direct"],
+        )
+        .await;
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "StateRewritten");
+    assert_eq!(
+        take_calls(&direct),
+        [
+            "Subscribe",
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)"
+        ]
+    );
+    n += 1;
+
+    println!("systemd over D-Bus (real dbus-daemon, fake systemd): {n} cases passed");
+}
