@@ -138,6 +138,11 @@ pub mod reason {
     /// Applied False: the operator asked this node to apply, but the agent runs with
     /// actuation off (chart value `agent.actuation.enabled`).
     pub const ACTUATION_DISABLED: &str = "ActuationDisabled";
+    /// Rollout (the operator's verdict on a node, in the policy's status): the node was
+    /// marked for apply and its agent gave no verdict (`Applied` True or `Failed` for the
+    /// marked generation) within `rollout.progressDeadlineSeconds`. Counts as failed; a late
+    /// verdict still wins.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
     // Progressing (NodeResourcePolicy, rollout).
     /// Progressing True: nodes are being changed, batch by batch.
