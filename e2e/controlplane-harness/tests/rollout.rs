@@ -757,7 +757,7 @@ async fn accepted_eviction_then_replan() {
     let before = render("0,2-32,34-63", json!({uid.clone(): {"app": "1,33"}}));
     // What the kubelet leaves once the container is gone: its CPUs back in the shared pool.
     let released = render("0-63", json!({}));
-    let kd = kubelet_dir(&cp.dir().to_path_buf(), "a1", Some(&before), false, false);
+    let kd = kubelet_dir(cp.dir(), "a1", Some(&before), false, false);
     policies
         .create(
             &pp,
