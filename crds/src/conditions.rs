@@ -142,6 +142,11 @@ pub mod reason {
     /// `agent.actuation.restart`): the plan and what would be done are reported in
     /// `status.change`, nothing was changed and the kubelet was not restarted.
     pub const DRY_RUN: &str = "DryRun";
+    /// Rollout (the operator's verdict on a node, in the policy's status): the node was
+    /// marked for apply and its agent gave no verdict (`Applied` True or `Failed` for the
+    /// marked generation) within `rollout.progressDeadlineSeconds`. Counts as failed; a late
+    /// verdict still wins.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
     // Progressing (NodeResourcePolicy, rollout).
     /// Progressing True: nodes are being changed, batch by batch.

@@ -53,3 +53,7 @@ pub const APPLY_GENERATION_ANNOTATION: &str = "nodetopo.io/apply-generation";
 /// NodeTopology annotation set with the mark: the policy's `rollout.eviction`
 /// (`Never` | `Evict`).
 pub const EVICTION_ANNOTATION: &str = "nodetopo.io/eviction";
+/// NodeTopology annotation set with the mark: when the operator marked the node (RFC 3339).
+/// A node without its agent's verdict `rollout.progressDeadlineSeconds` after it counts
+/// failed (`ProgressDeadlineExceeded`).
+pub const APPLY_STARTED_ANNOTATION: &str = "nodetopo.io/apply-started";

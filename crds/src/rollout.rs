@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::rules::Rule;
+use crate::rules::{self, Rule};
 
 /// `Observe` (report only) or `Apply` (change the kubelets node by node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -46,6 +46,30 @@ pub struct RolloutSpec {
     /// `Never` (default) or `Evict`.
     #[serde(default)]
     pub eviction: EvictionMode,
+    /// Seconds a node marked for apply may go without its agent's verdict (`Applied` True
+    /// or Failed for the marked generation) before it counts failed with reason
+    /// `ProgressDeadlineExceeded`, like a Deployment's. Default 600, from 1 to 604800 (7 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rules::int32_schema, transform = progress_deadline_schema)]
+    pub progress_deadline_seconds: Option<i32>,
+}
+
+/// `progressDeadlineSeconds` when absent.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// The largest `progressDeadlineSeconds` (7 days).
+pub const MAX_PROGRESS_DEADLINE_SECONDS: i32 = 604_800;
+
+/// `progressDeadlineSeconds`: at least 1 second, at most 7 days.
+pub const PROGRESS_DEADLINE_RULE: Rule = Rule {
+    rule: "self >= 1 && self <= 604800",
+    message: "rollout.progressDeadlineSeconds must be from 1 to 604800 (7 days)",
+};
+
+fn progress_deadline_schema(schema: &mut schemars::Schema) {
+    schema.insert(
+        "x-kubernetes-validations".to_string(),
+        json!([{"rule": PROGRESS_DEADLINE_RULE.rule, "message": PROGRESS_DEADLINE_RULE.message}]),
+    );
 }
 
 /// `maxUnavailable`: a non-negative count or a percentage string.
@@ -71,6 +95,18 @@ impl RolloutSpec {
     /// `pauseOnFailure` with its default.
     pub fn pause_on_failure(&self) -> bool {
         self.pause_on_failure.unwrap_or(true)
+    }
+
+    /// `progressDeadlineSeconds` with its default, checked against its bounds (errors name
+    /// the field).
+    pub fn progress_deadline_seconds(&self) -> Result<i64, String> {
+        match self.progress_deadline_seconds {
+            None => Ok(i64::from(DEFAULT_PROGRESS_DEADLINE_SECONDS)),
+            Some(s) if (1..=MAX_PROGRESS_DEADLINE_SECONDS).contains(&s) => Ok(i64::from(s)),
+            Some(s) => Err(format!(
+                "rollout.progressDeadlineSeconds {s}: must be from 1 to {MAX_PROGRESS_DEADLINE_SECONDS}"
+            )),
+        }
     }
 
     /// `maxUnavailable` as a node count for `governed` nodes: percentages round down, and at
@@ -126,5 +162,34 @@ mod tests {
             .max_unavailable_of(3)
             .is_err());
         assert!(r(None).pause_on_failure());
+    }
+
+    #[test]
+    fn progress_deadline_defaults_and_bounds() {
+        let r = |v: Option<i32>| RolloutSpec {
+            progress_deadline_seconds: v,
+            ..Default::default()
+        };
+        let mut n = 0;
+        for (v, want) in [
+            (None, Ok(600)),
+            (Some(1), Ok(1)),
+            (Some(604_800), Ok(604_800)),
+            (Some(0), Err(())),
+            (Some(-5), Err(())),
+            (Some(604_801), Err(())),
+        ] {
+            let got = r(v).progress_deadline_seconds();
+            match want {
+                Ok(w) => assert_eq!(got, Ok(w), "{v:?}"),
+                Err(()) => assert!(
+                    got.as_ref()
+                        .is_err_and(|e| e.contains("rollout.progressDeadlineSeconds")),
+                    "{v:?}: {got:?}"
+                ),
+            }
+            n += 1;
+        }
+        println!("progressDeadlineSeconds: {n} cases");
     }
 }

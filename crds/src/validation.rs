@@ -298,6 +298,13 @@ pub fn validate_policy_spec(spec: &NodeResourcePolicySpec) -> Vec<ValidationErro
                 detail: Some(detail),
             });
         }
+        if let Err(detail) = r.progress_deadline_seconds() {
+            errs.push(ValidationError {
+                field: "spec.rollout.progressDeadlineSeconds".into(),
+                message: crate::rollout::PROGRESS_DEADLINE_RULE.message.to_string(),
+                detail: Some(detail),
+            });
+        }
     }
     errs
 }

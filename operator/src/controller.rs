@@ -205,7 +205,11 @@ pub async fn reconcile_policy(
         }
     }
     ctx.succeeded(&format!("policy/{name}"));
-    Ok(Action::await_change())
+    Ok(match decision.wake_at.get(&name) {
+        // A progress deadline passes only strictly after it: look one second later.
+        Some(at) => Action::requeue(crate::decide::rollout::wake_delay(now.0, *at)),
+        None => Action::await_change(),
+    })
 }
 
 /// Waits until the policy and NodeTopology stores hold their first full list.

@@ -215,6 +215,9 @@ pub struct Decision {
     pub statuses: BTreeMap<String, NodeResourcePolicyStatus>,
     /// Rollout marks to write (policies in `Apply` mode; [`rollout::decide_rollouts`]).
     pub marks: Vec<rollout::Mark>,
+    /// Per policy: when to reconcile it again even if nothing changes (the earliest
+    /// progress deadline of its nodes in progress).
+    pub wake_at: BTreeMap<String, k8s_openapi::jiff::Timestamp>,
 }
 
 #[derive(Default)]
@@ -327,8 +330,12 @@ where
         .zip(tallies)
         .map(|(p, t)| (p.name.to_string(), roll_up(p, t, now)))
         .collect();
-    let marks = rollout::decide_rollouts(&compiled, &desired, &by_name, &mut statuses, now);
-    Decision { statuses, marks }
+    let rollouts = rollout::decide_rollouts(&compiled, &desired, &by_name, &mut statuses, now);
+    Decision {
+        statuses,
+        marks: rollouts.marks,
+        wake_at: rollouts.wake_at,
+    }
 }
 
 /// The policy's `Conflict` condition: some matched nodes are governed by another policy.

@@ -1,5 +1,6 @@
 //! The rollout's only write: the mark on a NodeTopology that lets its agent apply a spec
-//! (annotations `nodetopo.io/apply-generation` and `nodetopo.io/eviction`), by server-side
+//! (annotations `nodetopo.io/apply-generation`, `nodetopo.io/eviction` and
+//! `nodetopo.io/apply-started`, the mark's time in RFC 3339), by server-side
 //! apply with its own field manager `nodetopo-rollout`, so it neither takes nor gives up the
 //! spec that the node controller owns. Which nodes to mark is decided in
 //! [`crate::decide::rollout`].
@@ -8,14 +9,15 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use nodetopo_crds::rollout::EvictionMode;
 use nodetopo_crds::{
-    NodeTopology, APPLY_GENERATION_ANNOTATION, EVICTION_ANNOTATION, ROLLOUT_FIELD_MANAGER,
+    NodeTopology, APPLY_GENERATION_ANNOTATION, APPLY_STARTED_ANNOTATION, EVICTION_ANNOTATION,
+    ROLLOUT_FIELD_MANAGER,
 };
 use serde_json::{json, Value};
 
 use crate::decide::rollout::Mark;
 use crate::error::Error;
 
-/// The apply body of a mark: only the two annotations.
+/// The apply body of a mark: only the three annotations (the start time in whole seconds).
 pub fn mark_body(m: &Mark) -> Value {
     let eviction = match m.eviction {
         EvictionMode::Never => "Never",
@@ -29,9 +31,16 @@ pub fn mark_body(m: &Mark) -> Value {
             "annotations": {
                 APPLY_GENERATION_ANNOTATION: m.generation.to_string(),
                 EVICTION_ANNOTATION: eviction,
+                APPLY_STARTED_ANNOTATION: started(m),
             },
         },
     })
+}
+
+fn started(m: &Mark) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(m.started.as_second())
+        .unwrap_or(m.started)
+        .to_string()
 }
 
 /// Writes one mark.
@@ -61,12 +70,17 @@ mod tests {
             node: "n1".into(),
             generation: 7,
             eviction: EvictionMode::Evict,
+            started: k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap(),
         });
         assert_eq!(
             b["metadata"]["annotations"][APPLY_GENERATION_ANNOTATION],
             "7"
         );
         assert_eq!(b["metadata"]["annotations"][EVICTION_ANNOTATION], "Evict");
+        assert_eq!(
+            b["metadata"]["annotations"][APPLY_STARTED_ANNOTATION],
+            "2023-11-14T22:13:20Z"
+        );
         assert!(b.get("spec").is_none());
         assert_eq!(b["metadata"]["name"], "n1");
     }

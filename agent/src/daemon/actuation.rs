@@ -13,6 +13,10 @@
 //!   reports `WaitingForEviction` with each pod's answer, and plans again after
 //!   `--actuation-retry-seconds` until the kubelet state no longer needs them.
 //!
+//! Evictions requested for a generation are remembered ([`Earlier`]) and listed first in the
+//! `status.change.done` of its later verdicts, so the final one names both the evictions and
+//! the apply that followed them.
+//!
 //! A generation with a final verdict (True, `Failed`, `DrainRequired`, `EvictionNotAllowed`,
 //! `ActuationDisabled`, `DryRun`) is not applied again; a new spec (new generation) and a new mark are
 //! needed. The decisions are the pure [`next_step`] and [`outcome_of`]; [`run`] is the shell.
@@ -344,7 +348,7 @@ pub fn outcome_of(
                 for e in evictions {
                     match &e.result {
                         Ok(()) => {
-                            done.push(format!("eviction of {} requested (Eviction API)", e.pod));
+                            done.push(format!("eviction of {} {ACCEPTED_EVICTION}", e.pod));
                             answers.push(format!("{}: eviction accepted", e.pod));
                         }
                         Err(why) => {
@@ -376,6 +380,49 @@ pub fn outcome_of(
         change: Some(change_status(generation, &report.plan, done, backups)),
     }
 }
+
+/// What was done for one generation in earlier attempts (accepted evictions), to carry into
+/// the `status.change.done` of its later verdicts. Pure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Earlier {
+    generation: Option<i64>,
+    done: Vec<String>,
+}
+
+impl Earlier {
+    /// Records what `o` did and returns it with the earlier steps of its generation first.
+    /// A new generation forgets the old one's steps; a step already listed is not repeated
+    /// (a terminating pod is asked again on every re-plan until the kubelet lets it go).
+    pub fn record(&mut self, mut o: Outcome) -> Outcome {
+        if self.generation != Some(o.generation) {
+            *self = Earlier {
+                generation: Some(o.generation),
+                done: Vec::new(),
+            };
+        }
+        let Some(change) = o.change.as_mut() else {
+            return o;
+        };
+        let mut done = self.done.clone();
+        for d in &change.done {
+            if !done.contains(d) {
+                done.push(d.clone());
+            }
+        }
+        if o.condition.reason == reason::WAITING_FOR_EVICTION {
+            for d in &change.done {
+                if d.ends_with(ACCEPTED_EVICTION) && !self.done.contains(d) {
+                    self.done.push(d.clone());
+                }
+            }
+        }
+        change.done = done;
+        o
+    }
+}
+
+/// How the `done` entry of an accepted eviction ends.
+const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
 
 /// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
 /// --policy`).
@@ -548,6 +595,7 @@ pub async fn run(
     let mut changes = watcher(api.clone(), cfg).boxed();
     let retry = Duration::from_secs(args.actuation_retry_seconds.max(1));
     let mut last: Option<Last> = None;
+    let mut earlier = Earlier::default();
     let mut last_attempt: Option<std::time::Instant> = None;
     let mut first = true;
     loop {
@@ -597,7 +645,7 @@ pub async fn run(
                         )
                     }
                 };
-                if let Some(o) = outcome {
+                if let Some(o) = outcome.map(|o| earlier.record(o)) {
                     tracing::info!(
                         generation = o.generation,
                         applied = o.condition.status,

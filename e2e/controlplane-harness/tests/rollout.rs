@@ -15,6 +15,18 @@
 //!   status set as the disruption controller would: 1 healthy, 0 disruptions allowed) covers
 //!   `db`: the real server refuses the eviction (429), the pod stays, and e1 reports
 //!   Applied False/WaitingForEviction naming the refusal.
+//!
+//! [`progress_deadline_fails_a_silent_node_and_its_late_verdict_wins`]: policy `late` (Apply,
+//! progressDeadlineSeconds 3) over d1 (no agent) and d2: d1 is marked, its deadline passes,
+//! the policy shows it failed (`ProgressDeadlineExceeded`) and Progressing False/Paused, d2 is
+//! never marked; then d1's agent starts late, its verdict wins, and the rollout completes.
+//!
+//! [`accepted_eviction_then_replan`]: policy `evict-ok` (Apply, eviction Evict, no PDB) over
+//! a1, whose pod `db` holds CPUs the new reserved set takes (EvictFirst). The real server
+//! accepts the eviction (the pod only gets a deletionTimestamp: no kubelet); the test plays
+//! the kubelet (drops `db`'s entries from the state file, then deletes the pod with grace 0);
+//! the agent re-plans and applies. Applied goes WaitingForEviction, then RestartOnly or
+//! StateRewritten, and the final status.change lists the eviction and the apply.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +42,7 @@ use serde_json::{json, Value};
 
 const NS: &str = "rollout-test";
 const PRESET: &str = "epyc-7303-2p";
-const ANNOTATION: &str = "nodetopo.io/apply-generation";
+const ANNOTATION: &str = nodetopo_crds::APPLY_GENERATION_ANNOTATION;
 
 struct Proc(Child);
 
@@ -538,4 +550,325 @@ async fn rollout_against_a_real_apiserver() {
         "e1's state untouched"
     );
     println!("eviction refused by the apiserver: {message}");
+}
+
+/// The control plane, the operator and agent binaries, CRDs installed and the test
+/// namespace made; `None` when the environment cannot run them (skipped, said so).
+async fn cluster() -> Option<(ControlPlane, PathBuf, PathBuf)> {
+    let cp = match ControlPlane::start() {
+        Ok(Some(cp)) => cp,
+        Ok(None) => return None,
+        Err(e) => panic!("control plane: {e}"),
+    };
+    let operator = nodetopo_controlplane::workspace_binary("nodetopo-operator")?;
+    let agent = nodetopo_controlplane::workspace_binary("nodetopo-agent")?;
+    cp.install_crds().await.expect("CRDs");
+    cp.ensure_service_account(NS, "default")
+        .await
+        .expect("namespace");
+    Some((cp, operator, agent))
+}
+
+fn rollout_policy(name: &str, pool: &str, rollout: Value) -> NodeResourcePolicy {
+    json_of(
+        json!({"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeResourcePolicy",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": pool}},
+                 "cpuManager": {"policy": "static", "reservedSystemCPUs": "0-1,32-33"},
+                 "topologyManager": {"policy": "best-effort"},
+                 "rollout": rollout}}),
+    )
+}
+
+/// (updated, pending, failed, Progressing status, reason, message) of a policy.
+fn rollout_status(p: &NodeResourcePolicy) -> (i32, i32, i32, String, String, String) {
+    let s = p.status.clone().unwrap_or_default();
+    let (st, r, m) = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default();
+    (s.updated_nodes, s.pending_nodes, s.failed_nodes, st, r, m)
+}
+
+#[tokio::test]
+async fn progress_deadline_fails_a_silent_node_and_its_late_verdict_wins() {
+    let Some((cp, operator, agent)) = cluster().await else {
+        return;
+    };
+    let client = cp.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
+    let ntopos: Api<NodeTopology> = Api::all(client.clone());
+    let pp = PostParams::default();
+    for n in ["d1", "d2"] {
+        nodes
+            .create(
+                &pp,
+                &json_of(json!({"metadata": {"name": n, "labels": {"pool": "late"}}})),
+            )
+            .await
+            .expect("create node");
+    }
+    let root = cp.dir().to_path_buf();
+    let kd1 = kubelet_dir(&root, "d1", None, false, false);
+    let kd2 = kubelet_dir(&root, "d2", None, false, false);
+    policies
+        .create(
+            &pp,
+            &rollout_policy(
+                "late",
+                "late",
+                json!({"mode": "Apply", "progressDeadlineSeconds": 3}),
+            ),
+        )
+        .await
+        .expect("policy late");
+    let _operator = start_operator(&cp, &operator);
+    // d1 has no agent (dead, or the node is gone): nobody answers its mark.
+    let _agent_d2 = start_agent(&cp, &agent, "d2", &kd2);
+
+    let mut polls = 0;
+    let (status, d1) = wait_for("d1 fails its progress deadline", 90, || {
+        polls += 1;
+        let (policies, ntopos) = (policies.clone(), ntopos.clone());
+        async move {
+            let p = policies.get("late").await.map_err(|e| e.to_string())?;
+            let d1 = ntopos.get("d1").await.map_err(|e| e.to_string())?;
+            let d2 = ntopos.get("d2").await.map_err(|e| e.to_string())?;
+            if marked(&d2) {
+                panic!("d2 marked while d1 is in progress or failed (maxUnavailable 1, pauseOnFailure)");
+            }
+            let s = rollout_status(&p);
+            if (s.0, s.1, s.2) == (0, 1, 1) && (s.3.as_str(), s.4.as_str()) == ("False", "Paused")
+            {
+                Ok((s, d1))
+            } else {
+                Err(format!("{s:?}; d1 annotations {:?}", d1.metadata.annotations))
+            }
+        }
+    })
+    .await;
+    assert!(marked(&d1), "d1 carries the mark");
+    let started = d1
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(nodetopo_crds::APPLY_STARTED_ANNOTATION))
+        .expect("apply-started written with the mark");
+    started
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .expect("apply-started is RFC 3339");
+    assert!(
+        status.5.contains("d1 (ProgressDeadlineExceeded"),
+        "the Progressing message names d1 and the reason: {}",
+        status.5
+    );
+    assert!(
+        applied(&d1).is_none(),
+        "nobody answered for d1: {:?}",
+        applied(&d1)
+    );
+    assert!(!kd1.join("conf.d/90-nodetopo.conf").exists());
+    println!(
+        "d1 failed its 3 s deadline after {polls} polls (mark at {started}); Progressing: {}",
+        status.5
+    );
+
+    // d1's agent comes back: its late verdict wins, the pause lifts, d2 follows.
+    let _agent_d1 = start_agent(&cp, &agent, "d1", &kd1);
+    let done = wait_for("the rollout completes after d1's late verdict", 120, || {
+        let policies = policies.clone();
+        async move {
+            let p = policies.get("late").await.map_err(|e| e.to_string())?;
+            let s = rollout_status(&p);
+            if (s.0, s.1, s.2) == (2, 0, 0) && s.4 == "RolloutComplete" {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}"))
+            }
+        }
+    })
+    .await;
+    for (n, kd) in [("d1", &kd1), ("d2", &kd2)] {
+        let nt = ntopos.get(n).await.expect("ntopo");
+        let a = applied(&nt).expect("verdict");
+        assert_eq!(a.0, "True", "{n}: {a:?}");
+        let text = std::fs::read_to_string(kd.join("conf.d/90-nodetopo.conf")).expect("drop-in");
+        assert!(
+            text.contains("reservedSystemCPUs: \"0-1,32-33\""),
+            "{n}: {text}"
+        );
+    }
+    println!("late verdict taken: {}", done.5);
+}
+
+#[tokio::test]
+async fn accepted_eviction_then_replan() {
+    let Some((cp, operator, agent)) = cluster().await else {
+        return;
+    };
+    let client = cp.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
+    let ntopos: Api<NodeTopology> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pp = PostParams::default();
+    nodes
+        .create(
+            &pp,
+            &json_of(json!({"metadata": {"name": "a1", "labels": {"pool": "evict-ok"}}})),
+        )
+        .await
+        .expect("create node");
+    let db: Pod = pods
+        .create(
+            &pp,
+            &json_of(json!({
+                "metadata": {"name": "db", "namespace": NS, "labels": {"app": "db"}},
+                "spec": {"nodeName": "a1", "containers": [{"name": "app", "image": "db:1",
+                    "resources": {"requests": {"cpu": "2", "memory": "1Gi"},
+                                  "limits": {"cpu": "2", "memory": "1Gi"}}}]}
+            })),
+        )
+        .await
+        .expect("pod db");
+    let uid = db.metadata.uid.clone().expect("pod uid");
+    pods.patch_status(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .expect("pod status");
+    // Static, reserved 0,32; `db` holds core 1 (CPUs 1 and 33), which the new reserved set
+    // 0-1,32-33 takes: EvictFirst.
+    let render = |default: &str, entries: Value| {
+        let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
+            "policyName": "static", "defaultCpuSet": default, "entries": entries
+        }));
+        nodetopo_engine::change::checkpoint::render(
+            &state,
+            nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+        )
+    };
+    let before = render("0,2-32,34-63", json!({uid.clone(): {"app": "1,33"}}));
+    // What the kubelet leaves once the container is gone: its CPUs back in the shared pool.
+    let released = render("0-63", json!({}));
+    let kd = kubelet_dir(cp.dir(), "a1", Some(&before), false, false);
+    policies
+        .create(
+            &pp,
+            &rollout_policy(
+                "evict-ok",
+                "evict-ok",
+                json!({"mode": "Apply", "eviction": "Evict"}),
+            ),
+        )
+        .await
+        .expect("policy evict-ok");
+    let _operator = start_operator(&cp, &operator);
+    let _agent = start_agent(&cp, &agent, "a1", &kd);
+
+    let mut reasons: Vec<String> = Vec::new();
+    let mut played_kubelet = false;
+    let mut polls = 0;
+    let hang_guard = Instant::now() + Duration::from_secs(180);
+    let nt = loop {
+        polls += 1;
+        // The operator creates a1's NodeTopology shortly after it starts.
+        let nt = ntopos.get_opt("a1").await.expect("get a1");
+        let verdict = nt
+            .as_ref()
+            .and_then(applied)
+            .filter(|a| a.1 != "ObserveOnly");
+        if let Some(a) = &verdict {
+            if reasons.last() != Some(&a.1) {
+                reasons.push(a.1.clone());
+            }
+        }
+        if let (Some(nt), true) = (&nt, verdict.as_ref().is_some_and(|a| a.0 == "True")) {
+            break nt.clone();
+        }
+        // Play the kubelet once the eviction was accepted and reported: the container is
+        // stopped and its CPUs released in the state file, then the pod object goes.
+        let waiting = verdict
+            .as_ref()
+            .is_some_and(|a| a.1 == "WaitingForEviction" && a.2.contains("eviction accepted"));
+        if waiting && !played_kubelet {
+            let pod = pods.get_opt("db").await.expect("get db");
+            if pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()) {
+                std::fs::write(kd.join("cpu_manager_state"), &released).expect("state");
+                pods.delete("db", &kube::api::DeleteParams::default().grace_period(0))
+                    .await
+                    .expect("delete db");
+                played_kubelet = true;
+            }
+        }
+        assert!(
+            Instant::now() < hang_guard,
+            "a1 did not finish within 180s; reasons seen {reasons:?}; last {verdict:?}; agent log:\n{}",
+            nodetopo_controlplane::server::tail(&cp.dir().join("agent-a1.log"), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        played_kubelet,
+        "applied before the pod was gone: {reasons:?}"
+    );
+    assert_eq!(reasons[0], "WaitingForEviction", "{reasons:?}");
+    let last = reasons.last().cloned().unwrap_or_default();
+    assert!(
+        reasons.len() == 2 && ["RestartOnly", "StateRewritten"].contains(&last.as_str()),
+        "Applied reasons in order: {reasons:?}"
+    );
+    let change = nt
+        .status
+        .as_ref()
+        .and_then(|s| s.change.clone())
+        .expect("status.change");
+    assert_eq!(
+        change.done.first().map(String::as_str),
+        Some(format!("eviction of {NS}/db requested (Eviction API)").as_str()),
+        "{change:?}"
+    );
+    assert!(
+        change
+            .done
+            .iter()
+            .any(|d| d.contains("started the kubelet") || d == "restarted the kubelet"),
+        "{change:?}"
+    );
+    assert_ne!(
+        change.class, "EvictFirst",
+        "the final plan needs no eviction: {change:?}"
+    );
+    let dropin = std::fs::read_to_string(kd.join("conf.d/90-nodetopo.conf")).expect("drop-in");
+    assert!(dropin.contains("kind: KubeletConfiguration"), "{dropin}");
+    assert!(
+        dropin.contains("reservedSystemCPUs: \"0-1,32-33\""),
+        "{dropin}"
+    );
+    assert!(
+        dropin.contains("topologyManagerPolicy: \"best-effort\""),
+        "{dropin}"
+    );
+    let state = std::fs::read_to_string(kd.join("cpu_manager_state")).expect("state");
+    let read = nodetopo_engine::change::checkpoint::parse(&state).expect("state file valid");
+    assert!(read.state.state.assignments.is_empty(), "{state}");
+    if last == "RestartOnly" {
+        assert_eq!(
+            state, released,
+            "RestartOnly leaves the state file as the kubelet left it"
+        );
+    }
+    assert!(pods.get_opt("db").await.expect("get db").is_none());
+    let hooks = std::fs::read_to_string(kd.join("hooks.log")).unwrap_or_default();
+    assert!(hooks.ends_with("start\n"), "{hooks}");
+    println!(
+        "accepted eviction then re-plan: {polls} polls, Applied reasons {reasons:?}, change.done {:?}",
+        change.done
+    );
 }

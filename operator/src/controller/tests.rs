@@ -291,6 +291,50 @@ async fn unchanged_status_writes_nothing() {
     server.await.unwrap();
 }
 
+#[tokio::test]
+async fn policy_with_a_node_in_progress_requeues_after_its_deadline() {
+    use nodetopo_crds::rollout::{RolloutMode, RolloutSpec};
+    use nodetopo_crds::{APPLY_GENERATION_ANNOTATION, APPLY_STARTED_ANNOTATION};
+    let mut p = policy("telco", 0);
+    p.spec.rollout = Some(RolloutSpec {
+        mode: RolloutMode::Apply,
+        progress_deadline_seconds: Some(30),
+        ..Default::default()
+    });
+    let nodes = vec![node("w1")];
+    let compiled = compile(std::slice::from_ref(&p));
+    let desired = desire_node(&compiled, &nodes[0]);
+    let mut nt = NodeTopology::new("w1", desired.spec);
+    nt.metadata.generation = Some(1);
+    // Marked 10 s before the reconcile: its deadline is 20 s away.
+    let started = Timestamp::from_second(fixed_now().0.as_second() - 10).unwrap();
+    nt.metadata.annotations = Some(
+        [
+            (APPLY_GENERATION_ANNOTATION.to_string(), "1".to_string()),
+            (APPLY_STARTED_ANNOTATION.to_string(), started.to_string()),
+        ]
+        .into(),
+    );
+    let first = decide::decide(
+        std::slice::from_ref(&p),
+        &nodes,
+        std::slice::from_ref(&nt),
+        &fixed_now(),
+    );
+    assert!(first.marks.is_empty(), "{:?}", first.marks);
+    let mut with_status = p.clone();
+    with_status.status = Some(first.statuses["telco"].clone());
+    let (ctx, handle) = context(vec![with_status.clone()], nodes, vec![nt]);
+    let server = tokio::spawn(verify(handle, Scenario::NoRequests));
+    let action = reconcile_policy(Arc::new(with_status), ctx.clone())
+        .await
+        .unwrap();
+    // One second past the deadline, when the node counts failed.
+    assert_eq!(action, Action::requeue(Duration::from_secs(21)));
+    drop(ctx);
+    server.await.unwrap();
+}
+
 #[test]
 fn backoff_doubles_and_caps() {
     let secs: Vec<u64> = [1, 2, 3, 4, 9, 10, 50]

@@ -487,3 +487,96 @@ fn rollout_marks_batches_and_counts_through_decide() {
     let c = find(&s.conditions, PROGRESSING).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Paused"));
 }
+
+#[test]
+fn rollout_progress_deadline_through_decide() {
+    use nodetopo_crds::conditions::{reason, PROGRESSING};
+    use nodetopo_crds::rollout::{RolloutMode, RolloutSpec};
+    use nodetopo_crds::{APPLY_GENERATION_ANNOTATION, APPLY_STARTED_ANNOTATION};
+    let mut p = policy("p", 0, &[], "0");
+    p.spec.rollout = Some(RolloutSpec {
+        mode: RolloutMode::Apply,
+        progress_deadline_seconds: Some(3),
+        ..Default::default()
+    });
+    let nodes: Vec<Node> = ["n1", "n2"].iter().map(|n| node(n, &[])).collect();
+    let mut nts: Vec<NodeTopology> = desired(std::slice::from_ref(&p), &nodes)
+        .iter()
+        .map(|d| ntopo(d, 1, Some(1), None))
+        .collect();
+    // The first mark carries its time; the policy is to be looked at 3 s later.
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(10));
+    assert_eq!(d.marks.len(), 1);
+    assert_eq!(
+        (d.marks[0].node.as_str(), d.marks[0].started),
+        ("n1", t(10).0)
+    );
+    assert_eq!(d.wake_at["p"], t(13).0);
+    // n1 marked at t(10), its agent silent.
+    let mark = |nt: &mut NodeTopology, started: Option<String>| {
+        let a = nt.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(APPLY_GENERATION_ANNOTATION.to_string(), "1".to_string());
+        if let Some(s) = started {
+            a.insert(APPLY_STARTED_ANNOTATION.to_string(), s);
+        }
+    };
+    nts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    mark(&mut nts[0], Some(t(10).0.to_string()));
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(13));
+    assert!(d.marks.is_empty(), "{:?}", d.marks);
+    assert_eq!(d.statuses["p"].failed_nodes, 0);
+    assert_eq!(d.wake_at["p"], t(13).0);
+    // Past it: failed, paused (pauseOnFailure defaults to true), nothing to wake for.
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(14));
+    let s = &d.statuses["p"];
+    assert_eq!(
+        (s.updated_nodes, s.pending_nodes, s.failed_nodes),
+        (0, 1, 1)
+    );
+    let c = find(&s.conditions, PROGRESSING).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::PAUSED)
+    );
+    assert!(
+        c.message.contains("n1 (ProgressDeadlineExceeded"),
+        "{}",
+        c.message
+    );
+    assert!(d.marks.is_empty() && d.wake_at.is_empty(), "{d:?}");
+    // Without pause: the slot is free, n2 starts.
+    if let Some(r) = p.spec.rollout.as_mut() {
+        r.pause_on_failure = Some(false);
+    }
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(14));
+    let marked: Vec<&str> = d.marks.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(marked, ["n2"]);
+    // A mark without a start time is re-stamped with now and not failed.
+    let mut nts2 = nts.clone();
+    nts2[0]
+        .metadata
+        .annotations
+        .as_mut()
+        .map(|a| a.remove(APPLY_STARTED_ANNOTATION));
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts2, &t(100));
+    let marked: Vec<(&str, i64)> = d
+        .marks
+        .iter()
+        .map(|m| (m.node.as_str(), m.started.as_second()))
+        .collect();
+    assert_eq!(marked, [("n1", t(100).0.as_second())]);
+    assert_eq!(d.statuses["p"].failed_nodes, 0);
+    // An invalid deadline is reported, nothing is marked.
+    if let Some(r) = p.spec.rollout.as_mut() {
+        r.progress_deadline_seconds = Some(0);
+    }
+    let d = decide(std::slice::from_ref(&p), &nodes, &nts, &t(14));
+    let c = find(&d.statuses["p"].conditions, PROGRESSING).unwrap();
+    assert_eq!(c.reason, reason::INVALID_ROLLOUT);
+    assert!(
+        c.message.contains("progressDeadlineSeconds"),
+        "{}",
+        c.message
+    );
+    assert!(d.marks.is_empty());
+}

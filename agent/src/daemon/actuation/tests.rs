@@ -245,3 +245,75 @@ fn dry_run_reports_what_it_would_do_and_is_final() {
     );
     println!("actuation dry run: 1 verdict, final for its generation");
 }
+
+#[test]
+fn accepted_evictions_are_carried_into_the_final_verdict() {
+    let f = files();
+    let evict = report(
+        "WaitingForEviction",
+        false,
+        ChangeClass::EvictFirst,
+        &["ns/db"],
+    );
+    let accepted = [EvictionResult {
+        pod: "ns/db".into(),
+        result: Ok(()),
+    }];
+    let mut earlier = Earlier::default();
+    let mut n = 0;
+    // Two re-plans while the pod terminates: one eviction step, not two.
+    for _ in 0..2 {
+        let o = earlier.record(outcome_of(
+            7,
+            &f,
+            &evict,
+            EvictionMode::Evict,
+            &accepted,
+            vec![],
+        ));
+        assert_eq!(o.condition.reason, reason::WAITING_FOR_EVICTION);
+        let done = o.change.expect("change").done;
+        assert_eq!(done, ["eviction of ns/db requested (Eviction API)"]);
+        n += 1;
+    }
+    // The apply after it lists the eviction first, then its own steps.
+    let ok = report("RestartOnly", true, ChangeClass::RestartOnly, &[]);
+    let o = earlier.record(outcome_of(7, &f, &ok, EvictionMode::Evict, &[], vec![]));
+    let done = o.change.expect("change").done;
+    assert_eq!(done[0], "eviction of ns/db requested (Eviction API)");
+    assert!(done[1].starts_with("backed up and wrote"), "{done:?}");
+    assert!(
+        done.iter().any(|d| d == "restarted the kubelet"),
+        "{done:?}"
+    );
+    n += 1;
+    // A refused eviction is not carried; a new generation forgets the old steps.
+    let refused = [EvictionResult {
+        pod: "ns/db".into(),
+        result: Err("Cannot evict pod (429)".into()),
+    }];
+    let o = earlier.record(outcome_of(
+        8,
+        &f,
+        &evict,
+        EvictionMode::Evict,
+        &refused,
+        vec![],
+    ));
+    assert_eq!(
+        o.change.expect("change").done,
+        ["eviction of ns/db refused: Cannot evict pod (429)"]
+    );
+    let o = earlier.record(outcome_of(8, &f, &ok, EvictionMode::Evict, &[], vec![]));
+    let done = o.change.expect("change").done;
+    assert!(done[0].starts_with("backed up and wrote"), "{done:?}");
+    // A verdict without a change (a report) passes unchanged.
+    let report_only = Outcome {
+        generation: 9,
+        condition: ConditionSpec::new(conditions::APPLIED, false, reason::OBSERVE_ONLY, "m"),
+        change: None,
+    };
+    assert_eq!(earlier.record(report_only.clone()), report_only);
+    n += 3;
+    println!("carried eviction cases: {n}");
+}

@@ -294,6 +294,35 @@ fn cases() -> Vec<Case> {
             "spec.rollout.maxUnavailable",
         ));
     }
+    // progressDeadlineSeconds: from 1 to 604800 (CEL), an int32 (schema bounds).
+    let deadline = || cel(nodetopo_crds::rollout::PROGRESS_DEADLINE_RULE);
+    for ok in [1, 3, 600, 604_800] {
+        v.push(accept(
+            deadline(),
+            Policy,
+            rollout(json!({"mode": "Apply", "progressDeadlineSeconds": ok})),
+        ));
+    }
+    for bad in [0, -1, 604_801] {
+        v.push(reject(
+            deadline(),
+            Policy,
+            rollout(json!({"progressDeadlineSeconds": bad})),
+            "spec.rollout.progressDeadlineSeconds",
+        ));
+    }
+    v.push(reject(
+        schema_id("maximum", "spec.rollout.progressDeadlineSeconds"),
+        Policy,
+        rollout(json!({"progressDeadlineSeconds": 2147483648_i64})),
+        "spec.rollout.progressDeadlineSeconds",
+    ));
+    v.push(reject(
+        schema_id("minimum", "spec.rollout.progressDeadlineSeconds"),
+        Policy,
+        rollout(json!({"progressDeadlineSeconds": -2147483649_i64})),
+        "spec.rollout.progressDeadlineSeconds",
+    ));
     v.push(reject(
         schema_id("enum", "spec.rollout.mode"),
         Policy,
