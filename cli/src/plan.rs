@@ -138,11 +138,9 @@ pub struct CpuArgs {
     /// One of the default variants only (default: all four side by side).
     #[arg(long, value_enum, value_name = "VARIANT")]
     pub policy: Option<VariantName>,
-    /// CPU manager policy option, e.g. `full-pcpus-only=true` (repeatable). Names:
-    /// full-pcpus-only, distribute-cpus-across-numa, align-by-socket,
-    /// distribute-cpus-across-cores, strict-cpu-reservation, prefer-align-cpus-by-uncorecache;
-    /// values as the kubelet reads them (true/false, 1/0, t/f, TRUE/FALSE, True/False).
-    #[arg(long = "option", value_name = "NAME=VALUE")]
+    /// CPU manager policy option, e.g. `full-pcpus-only=true` (repeatable); the names are the
+    /// engine's option table, listed by `--help` ([`cpu_option_help`]).
+    #[arg(long = "option", value_name = "NAME=VALUE", long_help = cpu_option_help())]
     pub options: Vec<String>,
 }
 
@@ -604,4 +602,14 @@ fn parse_devices(items: &[String], topology: &CpuTopology) -> anyhow::Result<Vec
         }
     }
     Ok(out)
+}
+
+/// The long help of `--option`: the CPU manager option names of the engine's table, in the
+/// kubelet's order, so a new option appears without an edit here.
+pub fn cpu_option_help() -> String {
+    let names: Vec<&str> = CPU_OPTION_TABLE.options.iter().map(|o| o.name).collect();
+    format!(
+        "CPU manager policy option, e.g. `full-pcpus-only=true` (repeatable). Names: {}; values as the kubelet reads them (true/false, 1/0, t/f, TRUE/FALSE, True/False).",
+        names.join(", ")
+    )
 }

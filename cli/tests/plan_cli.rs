@@ -402,3 +402,22 @@ fn invalid_values_list_the_valid_ones() {
     );
     assert!(e.contains("99"), "{e}");
 }
+
+/// `plan --help` lists every CPU manager option of the engine's table (the help text is
+/// built from the table, not written by hand).
+#[test]
+fn help_lists_every_cpu_manager_option_of_the_table() {
+    let help = ok(&["--help"]);
+    let names: Vec<&str> = nodetopo_engine::cpumanager::options::CPU_OPTION_TABLE
+        .options
+        .iter()
+        .map(|o| o.name)
+        .collect();
+    for name in &names {
+        assert!(
+            help.contains(name),
+            "plan --help lacks option {name}:\n{help}"
+        );
+    }
+    println!("options found in plan --help: {}", names.len());
+}

@@ -20,6 +20,7 @@ pub mod pod;
 pub mod presets;
 pub mod quantity;
 pub mod report;
+pub mod spec;
 pub mod sysfs;
 pub mod topology;
 pub mod topologymanager;

@@ -708,7 +708,7 @@ impl Core {
         let spec = self.spec.clone().unwrap_or_default();
         NodeTopologySummary {
             cpu_manager_policy: spec.cpu_manager.policy.as_str().to_string(),
-            topology_manager_policy: spec.topology_manager.policy.as_str().to_string(),
+            topology_manager_policy: spec.topology_manager.policy.name().to_string(),
             cpus: self.topology.cpus().len() as i32,
             numa_nodes: self.topology_report.numa_nodes.len() as i32,
             uncore_caches: self.topology_report.uncore_caches.len() as i32,

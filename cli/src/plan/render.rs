@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig};
 use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::report::{AllocationReport, HintReport, RejectionReport, TopologyReport};
+use nodetopo_engine::spec;
 use serde::Serialize;
 
 use nodetopo_engine::admission::Pools;
@@ -14,32 +15,12 @@ use nodetopo_engine::{Container, CpuSet, Pod, QosClass};
 
 use super::{Plan, RejectionContext, VariantResult};
 
-/// `cpuManager` as in a NodeResourcePolicy spec.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CpuManagerJson {
-    policy: &'static str,
-    options: BTreeMap<String, String>,
-    #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
-    reserved_system_cpus: Option<String>,
-    #[serde(rename = "reservedCPUs", skip_serializing_if = "Option::is_none")]
-    reserved_cpus: Option<usize>,
-}
-
-/// `topologyManager` as in a NodeResourcePolicy spec.
-#[derive(Debug, Serialize)]
-struct TopologyManagerJson {
-    policy: String,
-    scope: String,
-    options: BTreeMap<String, String>,
-}
-
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct VariantJson<'a> {
     name: &'a str,
-    cpu_manager: CpuManagerJson,
-    topology_manager: TopologyManagerJson,
+    cpu_manager: spec::CpuManagerConfig,
+    topology_manager: spec::TopologyManagerConfig,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_manager: Option<BTreeMap<&'static str, &'static str>>,
     allocations: &'a [AllocationReport],
@@ -54,33 +35,40 @@ struct PlanJson<'a> {
     variants: Vec<VariantJson<'a>>,
 }
 
-fn variant_json(r: &VariantResult) -> VariantJson<'_> {
+/// The variant's configuration as the NodeResourcePolicy spec states it (the engine's spec
+/// type, so `plan -o json` prints exactly the API's shape).
+fn variant_json(r: &VariantResult) -> anyhow::Result<VariantJson<'_>> {
     let c = &r.variant.config;
-    let (reserved_system_cpus, reserved_cpus) = match &c.cpu {
+    let (policy, reserved_system_cpus, reserved_cpus) = match &c.cpu {
         CpuManagerConfig::Static {
             reserved: ReservedCpus::Explicit(s),
             ..
-        } => (Some(s.to_string()), None),
+        } => (spec::CpuManagerPolicy::Static, Some(s.to_string()), None),
         CpuManagerConfig::Static {
             reserved: ReservedCpus::Count(n),
             ..
-        } => (None, Some(*n)),
-        CpuManagerConfig::None => (None, None),
+        } => {
+            let n = i32::try_from(*n).map_err(|_| {
+                anyhow::anyhow!(
+                    "variant {}: reserved CPU count {n} does not fit the spec's reservedCPUs (int32)",
+                    r.variant.name
+                )
+            })?;
+            (spec::CpuManagerPolicy::Static, None, Some(n))
+        }
+        CpuManagerConfig::None => (spec::CpuManagerPolicy::None, None, None),
     };
-    VariantJson {
+    Ok(VariantJson {
         name: &r.variant.name,
-        cpu_manager: CpuManagerJson {
-            policy: match c.cpu {
-                CpuManagerConfig::None => "none",
-                CpuManagerConfig::Static { .. } => "static",
-            },
+        cpu_manager: spec::CpuManagerConfig {
+            policy,
             options: r.variant.cpu_options.clone(),
             reserved_system_cpus,
             reserved_cpus,
         },
-        topology_manager: TopologyManagerJson {
-            policy: c.tm_policy.to_string(),
-            scope: c.tm_scope.to_string(),
+        topology_manager: spec::TopologyManagerConfig {
+            policy: c.tm_policy,
+            scope: c.tm_scope,
             options: c.tm_options.to_map(),
         },
         memory_manager: match c.memory {
@@ -90,14 +78,18 @@ fn variant_json(r: &VariantResult) -> VariantJson<'_> {
         allocations: &r.allocations,
         rejections: &r.rejections,
         error: r.error.as_deref(),
-    }
+    })
 }
 
 /// The JSON document.
 pub fn json(plan: &Plan) -> anyhow::Result<String> {
     let doc = PlanJson {
         topology: TopologyReport::from_topology(&plan.topology),
-        variants: plan.results.iter().map(variant_json).collect(),
+        variants: plan
+            .results
+            .iter()
+            .map(variant_json)
+            .collect::<anyhow::Result<_>>()?,
     };
     Ok(serde_json::to_string_pretty(&doc)?)
 }

@@ -5,17 +5,36 @@ use std::str::FromStr;
 
 use super::TmError;
 
-/// A topology-manager policy (kubelet `--topology-manager-policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// A topology-manager policy (kubelet `--topology-manager-policy`); also the spec's
+/// `topologyManager.policy` ([`crate::spec::TopologyManagerPolicy`]), serialized by the
+/// kubelet's name.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum TmPolicy {
     /// `none`: no alignment; every hint is ignored.
     #[default]
+    #[serde(rename = "none")]
     None,
     /// `best-effort`: pick the best merged hint, always admit.
+    #[serde(rename = "best-effort")]
     BestEffort,
     /// `restricted`: as best-effort, but reject non-preferred results.
+    #[serde(rename = "restricted")]
     Restricted,
     /// `single-numa-node`: only single-NUMA-node preferred hints count; reject otherwise.
+    #[serde(rename = "single-numa-node")]
     SingleNumaNode,
 }
 
@@ -55,13 +74,29 @@ impl fmt::Display for TmPolicy {
     }
 }
 
-/// A topology-manager scope (kubelet `--topology-manager-scope`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// A topology-manager scope (kubelet `--topology-manager-scope`); also the spec's
+/// `topologyManager.scope` ([`crate::spec::TopologyManagerScope`]).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum TmScope {
     /// `container` (the default): one merge per container.
     #[default]
+    #[serde(rename = "container")]
     Container,
     /// `pod`: one merge for the whole pod.
+    #[serde(rename = "pod")]
     Pod,
 }
 

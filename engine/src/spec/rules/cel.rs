@@ -2,7 +2,7 @@
 //! fixed-capacity text buffer and `const fn`s that spell each rule the same way the CRDs
 //! always have.
 
-use nodetopo_engine::options::{OptionKind, PolicyOption};
+use crate::options::{OptionKind, PolicyOption};
 
 /// Capacity of one generated text; exceeding it fails the build.
 const CAP: usize = 1024;
