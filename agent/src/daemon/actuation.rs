@@ -40,6 +40,7 @@ use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
 use nodetopo_engine::CpuTopology;
 
 use super::core::{Event, PodInfo};
+use super::node_ready::NodeReadyCheck;
 use crate::actuate::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
 
 /// The actuation flags of `run`.
@@ -84,6 +85,10 @@ pub struct ActuationArgs {
     /// Seconds between re-plans while waiting for evictions (and between re-reads).
     #[arg(long, default_value_t = 10)]
     pub actuation_retry_seconds: u64,
+    /// Verify step: how long to wait after the kubelet restart for this Node to be Ready
+    /// again with a heartbeat newer than the restart (else the apply is rolled back).
+    #[arg(long, default_value_t = 120)]
+    pub actuation_verify_seconds: u64,
 }
 
 impl ActuationArgs {
@@ -299,7 +304,7 @@ pub fn outcome_of(
         "RestartOnly" => {
             done.push(format!("backed up and wrote {dropin} (mode 0644)"));
             done.push("restarted the kubelet".into());
-            done.push("verified: kubelet healthy, effective configuration as desired, state file accepted".into());
+            done.push(VERIFIED.into());
             (true, reason::RESTART_ONLY, report.message.clone())
         }
         "StateRewritten" => {
@@ -311,7 +316,7 @@ pub fn outcome_of(
             done.push(format!("rewrote {state} with the kubelet's checksum"));
             done.push(format!("wrote {dropin} (mode 0644)"));
             done.push("started the kubelet".into());
-            done.push("verified: kubelet healthy, effective configuration as desired, state file accepted".into());
+            done.push(VERIFIED.into());
             (true, reason::STATE_REWRITTEN, report.message.clone())
         }
         "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
@@ -420,6 +425,9 @@ impl Earlier {
         o
     }
 }
+
+/// The `done` entry of a verified apply.
+const VERIFIED: &str = "verified: kubelet healthy, Node Ready again with a heartbeat after the restart, effective configuration as desired, state file accepted";
 
 /// How the `done` entry of an accepted eviction ends.
 const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
@@ -531,6 +539,18 @@ async fn apply_once(
         Err(e) => return failed(format!("{e:#}")),
     };
     let dry_run = args.kubelet_restart == RestartMode::DryRun;
+    // The verify step also waits for the Node to be Ready again after the restart.
+    let svc: Box<dyn actuate::KubeletService + Send> = if dry_run {
+        svc
+    } else {
+        Box::new(NodeReadyCheck::new(
+            svc,
+            tokio::runtime::Handle::current(),
+            Api::all(client.clone()),
+            node,
+            Duration::from_secs(args.actuation_verify_seconds.max(1)),
+        ))
+    };
     let (topology, files_c) = (topology.clone(), files.clone());
     let joined = tokio::task::spawn_blocking(move || {
         let mut svc = svc;
