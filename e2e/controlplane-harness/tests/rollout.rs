@@ -1,7 +1,10 @@
 //! The rollout end to end against a real apiserver (its own control plane): the operator
 //! binary and one agent binary per Node (cluster mode, `--actuation`), each agent running the
 //! local executor on its own temp kubelet directory (config file, drop-in directory, state
-//! file) with fake restart hooks (shell scripts that log each call). No kubelet runs.
+//! file) with fake restart hooks (shell scripts that log each call). No kubelet runs: the
+//! test plays each kubelet's node status updates ([`Heartbeats`]: Ready True with a fresh
+//! lastHeartbeatTime every half second), which the agent's verify step waits for after a
+//! restart.
 //!
 //! - Policy `roll` (Apply, maxUnavailable 40% of 5 = 2) over r1..r5: r3's start hook fails
 //!   once, and r4 (same batch) finishes only after r3 has failed. Every poll checks that at most 2 nodes are marked and without a verdict, and that
@@ -27,6 +30,13 @@
 //! the kubelet (drops `db`'s entries from the state file, then deletes the pod with grace 0);
 //! the agent re-plans and applies. Applied goes WaitingForEviction, then RestartOnly or
 //! StateRewritten, and the final status.change lists the eviction and the apply.
+//!
+//! [`node_not_ready_after_the_restart_rolls_back`]: policy `nr` (Apply, maxUnavailable 1)
+//! over n1 and n2; n1's heartbeat stops before the rollout (the node lifecycle controller's
+//! Ready Unknown is written), so n1's apply fails verification after
+//! `--actuation-verify-seconds 3`: drop-in removed and state file restored byte for byte, the
+//! kubelet restarted again (hooks stop, start, stop, start), Applied False/Failed naming Node
+//! n1 and Ready=Unknown, the rollout paused with n2 never marked.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +135,16 @@ fn kubelet_dir(
 }
 
 fn start_agent(cp: &ControlPlane, bin: &Path, node: &str, kdir: &Path) -> Proc {
+    start_agent_with(cp, bin, node, kdir, &[])
+}
+
+fn start_agent_with(
+    cp: &ControlPlane,
+    bin: &Path,
+    node: &str,
+    kdir: &Path,
+    extra: &[&str],
+) -> Proc {
     let log = std::fs::File::create(cp.dir().join(format!("agent-{node}.log"))).expect("log");
     let mut cmd = Command::new(bin);
     cmd.args([
@@ -153,12 +173,103 @@ fn start_agent(cp: &ControlPlane, bin: &Path, node: &str, kdir: &Path) -> Proc {
     .arg(kdir.join("stop.sh"))
     .arg("--kubelet-start-command")
     .arg(kdir.join("start.sh"))
+    .args(extra)
     .env("KUBECONFIG", cp.kubeconfig())
     .env("RUST_LOG", "info")
     .stdin(Stdio::null())
     .stdout(log.try_clone().expect("log"))
     .stderr(log);
     Proc(process::spawn(cmd, "nodetopo-agent").expect("starting an agent"))
+}
+
+/// Plays the kubelets' node status updates: every half second each node not stopped gets
+/// Ready True with lastHeartbeatTime now (whole seconds, the API's resolution) through the
+/// status subresource. Dropping it ends the task.
+struct Heartbeats {
+    stopped: std::sync::Arc<tokio::sync::Mutex<std::collections::BTreeSet<String>>>,
+    beats: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    nodes: Api<Node>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn now_seconds() -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second())
+        .expect("whole seconds")
+        .to_string()
+}
+
+impl Heartbeats {
+    fn start(nodes: &Api<Node>, names: &[&str]) -> Self {
+        let stopped = std::sync::Arc::new(tokio::sync::Mutex::new(std::collections::BTreeSet::<
+            String,
+        >::new()));
+        let beats = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let since = now_seconds();
+        let task = tokio::spawn({
+            let (stopped, beats, nodes) = (stopped.clone(), beats.clone(), nodes.clone());
+            async move {
+                loop {
+                    {
+                        let stopped = stopped.lock().await;
+                        for n in names.iter().filter(|n| !stopped.contains(*n)) {
+                            let patch = json!({"status": {"conditions": [{
+                                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "kubelet is posting ready status (played by the test)",
+                                "lastHeartbeatTime": now_seconds(), "lastTransitionTime": since}]}});
+                            if nodes
+                                .patch_status(n, &PatchParams::default(), &Patch::Merge(patch))
+                                .await
+                                .is_ok()
+                            {
+                                beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        });
+        Heartbeats {
+            stopped,
+            beats,
+            nodes: nodes.clone(),
+            task,
+        }
+    }
+
+    /// `node`'s kubelet stops posting; the node lifecycle controller's verdict (Ready
+    /// Unknown, the last heartbeat kept) is written as it would after its grace period.
+    async fn stop(&self, node: &str) {
+        let mut stopped = self.stopped.lock().await;
+        stopped.insert(node.to_string());
+        let n = self.nodes.get_status(node).await.expect("node");
+        let beat = n
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+            .and_then(|c| c.last_heartbeat_time)
+            .expect("node had a heartbeat");
+        let patch = json!({"status": {"conditions": [{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastHeartbeatTime": beat, "lastTransitionTime": now_seconds()}]}});
+        self.nodes
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("node NotReady");
+    }
+
+    fn count(&self) -> usize {
+        self.beats.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Heartbeats {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
@@ -245,6 +356,7 @@ async fn rollout_against_a_real_apiserver() {
             .await
             .expect("create node");
     }
+    let heartbeats = Heartbeats::start(&nodes, &["r1", "r2", "r3", "r4", "r5", "o1", "e1"]);
 
     // e1's pod `db`, running and ready as a kubelet would report it, covered by a PDB that
     // allows no disruption.
@@ -550,6 +662,7 @@ async fn rollout_against_a_real_apiserver() {
         "e1's state untouched"
     );
     println!("eviction refused by the apiserver: {message}");
+    println!("node heartbeats played: {}", heartbeats.count());
 }
 
 /// The control plane, the operator and agent binaries, CRDs installed and the test
@@ -611,6 +724,7 @@ async fn progress_deadline_fails_a_silent_node_and_its_late_verdict_wins() {
             .await
             .expect("create node");
     }
+    let heartbeats = Heartbeats::start(&nodes, &["d1", "d2"]);
     let root = cp.dir().to_path_buf();
     let kd1 = kubelet_dir(&root, "d1", None, false, false);
     let kd2 = kubelet_dir(&root, "d2", None, false, false);
@@ -701,7 +815,11 @@ async fn progress_deadline_fails_a_silent_node_and_its_late_verdict_wins() {
             "{n}: {text}"
         );
     }
-    println!("late verdict taken: {}", done.5);
+    println!(
+        "late verdict taken: {}; node heartbeats played: {}",
+        done.5,
+        heartbeats.count()
+    );
 }
 
 #[tokio::test]
@@ -722,6 +840,7 @@ async fn accepted_eviction_then_replan() {
         )
         .await
         .expect("create node");
+    let heartbeats = Heartbeats::start(&nodes, &["a1"]);
     let db: Pod = pods
         .create(
             &pp,
@@ -868,7 +987,134 @@ async fn accepted_eviction_then_replan() {
     let hooks = std::fs::read_to_string(kd.join("hooks.log")).unwrap_or_default();
     assert!(hooks.ends_with("start\n"), "{hooks}");
     println!(
-        "accepted eviction then re-plan: {polls} polls, Applied reasons {reasons:?}, change.done {:?}",
-        change.done
+        "accepted eviction then re-plan: {polls} polls, Applied reasons {reasons:?}, change.done {:?}; node heartbeats played: {}",
+        change.done,
+        heartbeats.count()
+    );
+}
+
+#[tokio::test]
+async fn node_not_ready_after_the_restart_rolls_back() {
+    let Some((cp, operator, agent)) = cluster().await else {
+        return;
+    };
+    let client = cp.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
+    let ntopos: Api<NodeTopology> = Api::all(client.clone());
+    let pp = PostParams::default();
+    for n in ["n1", "n2"] {
+        nodes
+            .create(
+                &pp,
+                &json_of(json!({"metadata": {"name": n, "labels": {"pool": "notready"}}})),
+            )
+            .await
+            .expect("create node");
+    }
+    let heartbeats = Heartbeats::start(&nodes, &["n1", "n2"]);
+    wait_for("n1 has a heartbeat", 30, || async {
+        let n = nodes.get_status("n1").await.map_err(|e| e.to_string())?;
+        n.status
+            .and_then(|s| s.conditions)
+            .filter(|c| c.iter().any(|c| c.type_ == "Ready"))
+            .map(|_| ())
+            .ok_or_else(|| "no Ready condition yet".to_string())
+    })
+    .await;
+    heartbeats.stop("n1").await;
+    // n1's state: static, reserved 0,32, no exclusive CPUs.
+    let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
+        "policyName": "static", "defaultCpuSet": "0-63", "entries": {}
+    }));
+    let state_text = nodetopo_engine::change::checkpoint::render(
+        &state,
+        nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+    );
+    let root = cp.dir().to_path_buf();
+    let kd1 = kubelet_dir(&root, "n1", Some(&state_text), false, false);
+    let kd2 = kubelet_dir(&root, "n2", None, false, false);
+    policies
+        .create(
+            &pp,
+            &rollout_policy(
+                "nr",
+                "notready",
+                json!({"mode": "Apply", "maxUnavailable": 1}),
+            ),
+        )
+        .await
+        .expect("policy nr");
+    let _operator = start_operator(&cp, &operator);
+    let verify = ["--actuation-verify-seconds", "3"];
+    let _agent1 = start_agent_with(&cp, &agent, "n1", &kd1, &verify);
+    let _agent2 = start_agent_with(&cp, &agent, "n2", &kd2, &verify);
+
+    let mut polls = 0;
+    let (status, n1) = wait_for("n1 fails verification and the rollout pauses", 120, || {
+        polls += 1;
+        let (policies, ntopos) = (policies.clone(), ntopos.clone());
+        async move {
+            let p = policies.get("nr").await.map_err(|e| e.to_string())?;
+            let n1 = ntopos.get("n1").await.map_err(|e| e.to_string())?;
+            let n2 = ntopos.get("n2").await.map_err(|e| e.to_string())?;
+            if marked(&n2) {
+                panic!("n2 marked although n1 failed (maxUnavailable 1, pauseOnFailure)");
+            }
+            let s = rollout_status(&p);
+            if (s.0, s.1, s.2) == (0, 1, 1) && (s.3.as_str(), s.4.as_str()) == ("False", "Paused") {
+                Ok((s, n1))
+            } else {
+                Err(format!("{s:?}; n1 Applied {:?}", applied(&n1)))
+            }
+        }
+    })
+    .await;
+    let (st, reason, message) = applied(&n1).expect("n1 verdict");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("False", "Failed"),
+        "{message}"
+    );
+    for want in [
+        "verification failed",
+        "Node n1 is not Ready again after waiting 3s",
+        "Ready=Unknown",
+        "restored",
+        "the kubelet restarted",
+    ] {
+        assert!(
+            message.contains(want),
+            "the message names {want:?}: {message}"
+        );
+    }
+    assert!(
+        !kd1.join("conf.d/90-nodetopo.conf").exists(),
+        "n1: the drop-in that did not exist before must be removed again"
+    );
+    assert_eq!(
+        std::fs::read_to_string(kd1.join("cpu_manager_state")).expect("state"),
+        state_text,
+        "n1's state file restored"
+    );
+    assert!(!kd1.join("nodetopo-apply.journal").exists());
+    let hooks = std::fs::read_to_string(kd1.join("hooks.log")).unwrap_or_default();
+    assert_eq!(
+        hooks, "stop\nstart\nstop\nstart\n",
+        "n1 hooks: apply, then rollback"
+    );
+    assert!(
+        !kd2.join("conf.d/90-nodetopo.conf").exists(),
+        "n2 untouched"
+    );
+    assert!(
+        status.5.contains("n1"),
+        "the Progressing message names n1: {}",
+        status.5
+    );
+    println!(
+        "n1 NotReady after the restart: rolled back after {polls} polls; Applied: {message}; Progressing: {}; node heartbeats played: {}",
+        status.5,
+        heartbeats.count()
     );
 }
