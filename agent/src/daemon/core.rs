@@ -312,7 +312,23 @@ impl Core {
             }
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
-            Event::Actuation(a) => self.actuation = Some(*a),
+            Event::Actuation(a) => {
+                let mut a = *a;
+                // A True verdict says what was verified (service, Node Ready, files); the
+                // kubelet's agreement with the agent is not re-read for it, so the verdict
+                // names the agreement last seen rather than claim it.
+                if a.condition.status {
+                    let k = self.kubelet_agreement_condition(&self.kubelet_actual());
+                    a.condition.message = format!(
+                        "{}; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): {} {}: {}",
+                        a.condition.message,
+                        if k.status { "True" } else { "False" },
+                        k.reason,
+                        k.message
+                    );
+                }
+                self.actuation = Some(a);
+            }
         }
     }
 

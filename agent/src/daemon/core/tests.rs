@@ -490,3 +490,50 @@ fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
     );
     assert!(k.message.contains("dataChecksum is 7"), "{}", k.message);
 }
+
+#[test]
+fn true_applied_verdict_names_the_agreement_seen_and_failed_is_left_alone() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(2)))));
+    core.apply(Event::PodsSynced(vec![]));
+    core.reconcile();
+    core.apply(Event::Kubelet(Ok(None)));
+    let outcome = |status: bool, why: &str| {
+        Box::new(crate::daemon::actuation::Outcome {
+            generation: 2,
+            condition: ConditionSpec::new(conditions::APPLIED, status, why, "the plan"),
+            change: None,
+        })
+    };
+    let applied = |core: &Core| {
+        let st = core.status(&[], &now());
+        let c = conditions::find(&st.conditions, conditions::APPLIED).expect("Applied");
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    core.apply(Event::Actuation(outcome(true, "RestartOnly")));
+    let (st, why, msg) = applied(&core);
+    assert_eq!((st.as_str(), why.as_str()), ("True", "RestartOnly"));
+    assert_eq!(
+        msg,
+        "the plan; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): False NoKubeletState: no kubelet CPU manager checkpoint to compare with"
+    );
+    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+        policy_name: "static".into(),
+        default_cpu_set: CpuSet::parse("0-63").expect("set"),
+        entries: BTreeMap::new(),
+        checksum: 7,
+        format: CheckpointFormat::V4,
+        checksum_check: ChecksumCheck::Verified,
+    }))));
+    // The published message stays what was seen at verdict time.
+    assert_eq!(applied(&core).2, msg);
+    core.apply(Event::Actuation(outcome(true, "StateRewritten")));
+    let msg = applied(&core).2;
+    assert!(
+        msg.starts_with("the plan; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): True "),
+        "{msg}"
+    );
+    core.apply(Event::Actuation(outcome(false, "Failed")));
+    assert_eq!(applied(&core).2, "the plan");
+    println!("Applied verdict messages checked: 3");
+}
