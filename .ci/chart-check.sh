@@ -456,6 +456,10 @@ else:
 if actuation_on:
     agent_allowed[("", "pods/eviction")] = {"create"}
     check(agent.get(("", "pods/eviction")) == {"create"}, "agent (actuation): may create pods/eviction")
+    # The verify step polls its Node's Ready condition after a kubelet restart.
+    agent_allowed[("", "nodes")] = {"get"}
+    check(agent.get(("", "nodes")) == {"get"}, "agent (actuation): may get Nodes (verify: Node Ready)")
+    check("--actuation-verify-seconds=120" in agent_args, "agent (actuation): --actuation-verify-seconds from agent.actuation.verifySeconds")
 else:
     check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
 check(agent, "agent ClusterRole rendered")
@@ -466,7 +470,7 @@ check(not agent.get(("nodetopo.io", "nodetopologies"), set()) & {"create", "upda
       "agent: no create/update/patch/delete on NodeTopology (only its status)")
 check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
       "agent: may patch NodeTopology status (server-side apply)")
-if not nrt_on:
+if not nrt_on and not actuation_on:
     check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
 check(not {k for k in agent if k[1] == "events"}, "agent: no cluster-wide Events")
 agent_roles = [d for d in by_kind("Role") if component(d) == "agent"]
