@@ -7,69 +7,17 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
-
-fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
-}
-
-struct Kubelet {
-    dir: tempfile::TempDir,
-}
+mod common;
+use common::{examples, report, Kubelet, BIN};
 
 impl Kubelet {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir_all(dir.path().join("conf.d")).unwrap();
-        fs::create_dir_all(dir.path().join("lib")).unwrap();
-        fs::copy(
-            examples().join("kubelet-config.yaml"),
-            dir.path().join("config.yaml"),
-        )
-        .unwrap();
-        fs::copy(
-            examples().join("cpu_manager_state"),
-            dir.path().join("lib/cpu_manager_state"),
-        )
-        .unwrap();
-        Kubelet { dir }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-    fn cmd(&self, policy: &str, hooks: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.arg("apply")
-            .args(["--preset", "epyc-7303-2p"])
-            .arg("--kubelet-config")
-            .arg(self.p("config.yaml"))
-            .arg("--kubelet-config-dir")
-            .arg(self.p("conf.d"))
-            .arg("--state")
-            .arg(self.p("lib/cpu_manager_state"))
-            .arg("--pods")
-            .arg(examples().join("pods.yaml"))
-            .arg("--policy")
-            .arg(examples().join(policy))
-            .args(hooks);
-        c
-    }
     fn apply(&self, policy: &str, hooks: &[&str]) -> (Output, serde_json::Value) {
         let out = self.cmd(policy, hooks).output().unwrap();
-        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-            panic!(
-                "{policy}: no JSON report; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        let v = report(policy, &out);
         (out, v)
-    }
-    fn read(&self, rel: &str) -> Option<Vec<u8>> {
-        fs::read(self.p(rel)).ok()
     }
 }
 

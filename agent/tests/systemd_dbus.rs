@@ -22,13 +22,11 @@ use std::time::Duration;
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{ObjectPath, OwnedObjectPath};
 
-const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
+mod common;
+use common::{examples, report, Kubelet, BIN};
+
 const UNIT: &str = "kubelet.service";
 const UNIT_PATH: &str = "/org/freedesktop/systemd1/unit/kubelet_2eservice";
-
-fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
-}
 
 fn dbus_daemon() -> Option<PathBuf> {
     [
@@ -269,61 +267,16 @@ async fn serve_direct(socket: &Path, shared: Shared) {
     });
 }
 
-struct Kubelet {
-    dir: tempfile::TempDir,
-}
-
 impl Kubelet {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir_all(dir.path().join("conf.d")).unwrap();
-        fs::create_dir_all(dir.path().join("lib")).unwrap();
-        fs::copy(
-            examples().join("kubelet-config.yaml"),
-            dir.path().join("config.yaml"),
-        )
-        .unwrap();
-        fs::copy(
-            examples().join("cpu_manager_state"),
-            dir.path().join("lib/cpu_manager_state"),
-        )
-        .unwrap();
-        Kubelet { dir }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
     /// Runs the real binary off the test's runtime threads (the fake answers meanwhile).
     async fn apply(&self, policy: &str, extra: &[&str]) -> (Output, serde_json::Value) {
-        let mut c = Command::new(BIN);
-        c.arg("apply")
-            .args(["--preset", "epyc-7303-2p"])
-            .arg("--kubelet-config")
-            .arg(self.p("config.yaml"))
-            .arg("--kubelet-config-dir")
-            .arg(self.p("conf.d"))
-            .arg("--state")
-            .arg(self.p("lib/cpu_manager_state"))
-            .arg("--pods")
-            .arg(examples().join("pods.yaml"))
-            .arg("--policy")
-            .arg(examples().join(policy))
-            .args(["--restart", "systemd"])
-            .args(extra);
+        let mut c = self.cmd(policy, &["--restart", "systemd"]);
+        c.args(extra);
         let out = tokio::task::spawn_blocking(move || c.output().unwrap())
             .await
             .unwrap();
-        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-            panic!(
-                "{policy}: no JSON report; exit {}, stderr: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        let v = report(policy, &out);
         (out, v)
-    }
-    fn read(&self, rel: &str) -> Option<Vec<u8>> {
-        fs::read(self.p(rel)).ok()
     }
 }
 

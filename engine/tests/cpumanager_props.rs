@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use nodetopo_engine::cpumanager::options::{CPU_OPTIONS, INCOMPATIBLE};
 use nodetopo_engine::cpumanager::{
     take_by_topology_numa_distributed, take_by_topology_numa_packed, CpuSortingStrategy, CpuState,
     ReservedCpus, StaticPolicy, StaticPolicyOptions, TakeError,
@@ -107,26 +108,26 @@ fn shape() -> impl Strategy<Value = Shape> {
         )
 }
 
-/// Valid option sets only (the incompatible ones are rejected up front, tested elsewhere).
+/// Valid option sets only (the incompatible ones are rejected up front, tested elsewhere):
+/// one random switch per option of the engine's table, then of each incompatible pair the
+/// first switched off, so a new option is drawn here without editing this test.
 fn options() -> impl Strategy<Value = StaticPolicyOptions> {
-    (any::<[bool; 6]>()).prop_map(|b| {
-        let mut o = StaticPolicyOptions {
-            full_pcpus_only: b[0],
-            distribute_cpus_across_numa: b[1],
-            align_by_socket: b[2],
-            distribute_cpus_across_cores: b[3],
-            prefer_align_cpus_by_uncorecache: b[4],
-            strict_cpu_reservation: b[5],
-        };
-        if o.distribute_cpus_across_cores {
-            o.full_pcpus_only = false;
-            o.distribute_cpus_across_numa = false;
-            o.prefer_align_cpus_by_uncorecache = false;
+    prop::collection::vec(any::<bool>(), CPU_OPTIONS.len()).prop_map(|on| {
+        let mut set: BTreeSet<&str> = CPU_OPTIONS
+            .iter()
+            .zip(on)
+            .filter_map(|(o, on)| on.then_some(o.name))
+            .collect();
+        for (a, b) in INCOMPATIBLE {
+            if set.contains(b) {
+                set.remove(a);
+            }
         }
-        if o.prefer_align_cpus_by_uncorecache {
-            o.distribute_cpus_across_numa = false;
-        }
-        o
+        let map = set
+            .into_iter()
+            .map(|n| (n.to_string(), "true".to_string()))
+            .collect();
+        StaticPolicyOptions::from_map(&map).expect("a compatible option set")
     })
 }
 

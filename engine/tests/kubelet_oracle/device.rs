@@ -71,23 +71,15 @@ pub(crate) fn engine_raw_hints(
     scope: TmScope,
     admitted: bool,
 ) -> BTreeMap<String, RawDeviceHints> {
-    let mut out = BTreeMap::new();
-    if scope == TmScope::Pod {
-        if let Some(h) = raw(before.pod_hints(pod)) {
-            out.insert(String::new(), h);
-        }
-        return out;
-    }
-    let mut sim = before.clone();
-    for c in pod.all_containers() {
-        if let Some(h) = raw(sim.container_hints(pod, c)) {
-            out.insert(c.name.clone(), h);
-        }
-        if !admitted || sim.allocate(pod, c, node.hint(&pod.uid, &c.name)).is_err() {
-            break;
-        }
-    }
-    out
+    crate::replay_raw_hints(
+        before,
+        pod,
+        scope,
+        admitted,
+        |m| raw(m.pod_hints(pod)),
+        |m, c| raw(m.container_hints(pod, c)),
+        |m, c| m.allocate(pod, c, node.hint(&pod.uid, &c.name)).is_ok(),
+    )
 }
 
 /// The devices each container of `pod` holds, resource -> sorted ids.

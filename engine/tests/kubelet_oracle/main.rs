@@ -36,6 +36,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use nodetopo_engine::topologymanager::TmScope;
+use nodetopo_engine::{Container, Pod};
+
 use cpu::{compare, engine_topology, kubelet_defect, run_engine};
 use generator::{gen_case, Machines, Rng};
 use oracle::{devices_available, oracle_binary, Oracle};
@@ -107,6 +110,39 @@ impl Kind {
             Kind::Device => Rng(seed ^ 0x6465_7669_6365_0000),
         }
     }
+}
+
+/// The raw hints one provider (memory or devices) gives the topology manager while `pod` is
+/// admitted, replayed on `before` (the state before the admission): in pod scope the pod's
+/// hints; in container scope each container's, the earlier containers allocated under
+/// their merged hints (`allocate` says whether that worked). A rejected pod: its first hint
+/// request only (the kubelet's later requests depend on where it stopped).
+pub(crate) fn replay_raw_hints<M: Clone, H>(
+    before: &M,
+    pod: &Pod,
+    scope: TmScope,
+    admitted: bool,
+    pod_hints: impl Fn(&M) -> Option<H>,
+    container_hints: impl Fn(&M, &Container) -> Option<H>,
+    allocate: impl Fn(&mut M, &Container) -> bool,
+) -> BTreeMap<String, H> {
+    let mut out = BTreeMap::new();
+    if scope == TmScope::Pod {
+        if let Some(h) = pod_hints(before) {
+            out.insert(String::new(), h);
+        }
+        return out;
+    }
+    let mut sim = before.clone();
+    for c in pod.all_containers() {
+        if let Some(h) = container_hints(&sim, c) {
+            out.insert(c.name.clone(), h);
+        }
+        if !admitted || !allocate(&mut sim, c) {
+            break;
+        }
+    }
+    out
 }
 
 fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {

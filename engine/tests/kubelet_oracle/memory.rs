@@ -80,26 +80,15 @@ pub(crate) fn engine_raw_hints(
     scope: TmScope,
     admitted: bool,
 ) -> BTreeMap<String, RawHints> {
-    let mut out = BTreeMap::new();
-    if scope == TmScope::Pod {
-        if let Some(h) = raw_hints(before.pod_hints(pod)) {
-            out.insert(String::new(), h);
-        }
-        return out;
-    }
-    let mut sim = before.clone();
-    for c in pod.all_containers() {
-        if let Some(h) = raw_hints(sim.container_hints(pod, c)) {
-            out.insert(c.name.clone(), h);
-        }
-        if !admitted {
-            break;
-        }
-        if sim.allocate(pod, c, node.hint(&pod.uid, &c.name)).is_err() {
-            break;
-        }
-    }
-    out
+    crate::replay_raw_hints(
+        before,
+        pod,
+        scope,
+        admitted,
+        |m| raw_hints(m.pod_hints(pod)),
+        |m, c| raw_hints(m.container_hints(pod, c)),
+        |m, c| m.allocate(pod, c, node.hint(&pod.uid, &c.name)).is_ok(),
+    )
 }
 
 /// Every container's blocks, sorted (the kubelet builds them from a map).
