@@ -2,7 +2,9 @@
 //! (annotation `nodetopo.io/apply-generation` equal to its `metadata.generation`) and the
 //! agent runs with `--actuation`, carry the spec out on the kubelet with the same executor as
 //! `nodetopo-agent apply` ([`crate::actuate`]), then publish the verdict as the `Applied`
-//! condition (for that generation) and `status.change`.
+//! condition (for that generation) and `status.change`. The executor's verify step also
+//! waits (`--actuation-verify-seconds`) for this Node to be Ready again with a heartbeat
+//! newer than the restart ([`super::node_ready`]); a failure rolls the apply back.
 //!
 //! - Not marked: `Applied` False `ObserveOnly` (with actuation on; nothing otherwise).
 //! - Marked, actuation off: `Applied` False `ActuationDisabled`; nothing is touched.
