@@ -41,6 +41,7 @@ use nodetopo_crds::{
 use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
 use nodetopo_engine::CpuTopology;
 
+pub use super::core::Outcome;
 use super::core::{Event, PodInfo};
 use super::node_ready::NodeReadyCheck;
 use crate::actuate::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
@@ -123,17 +124,6 @@ impl ActuationArgs {
             RestartMode::DryRun => Box::new(actuate::DryRun::default()),
         })
     }
-}
-
-/// A verdict for one generation: the `Applied` condition and `status.change`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The NodeTopology generation judged.
-    pub generation: i64,
-    /// The `Applied` condition.
-    pub condition: ConditionSpec,
-    /// What was planned and done (absent when nothing was planned).
-    pub change: Option<ChangeStatus>,
 }
 
 /// What to do about the NodeTopology as it is now.

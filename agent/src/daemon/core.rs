@@ -22,7 +22,9 @@ use std::path::Path;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodetopo_cli::pods::manifest;
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
-use nodetopo_crds::{NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport};
+use nodetopo_crds::{
+    ChangeStatus, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport,
+};
 use nodetopo_engine::admission::NodeAdmitter;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
@@ -143,6 +145,18 @@ fn manifest_of(p: &k8s_openapi::api::core::v1::Pod) -> manifest::Pod {
     }
 }
 
+/// An actuation verdict for one generation (made by the actuation shell, published by
+/// the core): the `Applied` condition and `status.change`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The NodeTopology generation judged.
+    pub generation: i64,
+    /// The `Applied` condition.
+    pub condition: ConditionSpec,
+    /// What was planned and done (absent when nothing was planned).
+    pub change: Option<ChangeStatus>,
+}
+
 /// What the core reacts to.
 #[derive(Debug, Clone)]
 // The single-pod events are what cluster mode's watch produces; local mode rescans.
@@ -166,7 +180,7 @@ pub enum Event {
     /// Problems reading individual pods (file or object, message), replacing earlier ones.
     PodProblems(Vec<String>),
     /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
-    Actuation(Box<super::actuation::Outcome>),
+    Actuation(Box<Outcome>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -206,7 +220,7 @@ pub struct Core {
     podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,
     /// The last actuation verdict (published as `Applied` and `status.change`).
-    actuation: Option<super::actuation::Outcome>,
+    actuation: Option<Outcome>,
     /// Decision counters since start.
     pub tally: Tally,
 }
