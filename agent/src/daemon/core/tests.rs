@@ -457,13 +457,20 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
 #[path = "props.rs"]
 mod props;
 
-#[test]
-fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
+/// A core with spec generation `generation` (reserved 0,32, topology manager none), no pods,
+/// reconciled, and no kubelet CPU manager state read.
+fn without_kubelet_state(generation: i64) -> Core {
     let mut core = Core::new(topo(), None, None);
-    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(generation)))));
     core.apply(Event::PodsSynced(vec![]));
     core.reconcile();
     core.apply(Event::Kubelet(Ok(None)));
+    core
+}
+
+#[test]
+fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
+    let mut core = without_kubelet_state(1);
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
     assert_eq!(
@@ -493,13 +500,9 @@ fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
 
 #[test]
 fn true_applied_verdict_names_the_agreement_seen_and_failed_is_left_alone() {
-    let mut core = Core::new(topo(), None, None);
-    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(2)))));
-    core.apply(Event::PodsSynced(vec![]));
-    core.reconcile();
-    core.apply(Event::Kubelet(Ok(None)));
+    let mut core = without_kubelet_state(2);
     let outcome = |status: bool, why: &str| {
-        Box::new(crate::daemon::actuation::Outcome {
+        Box::new(Outcome {
             generation: 2,
             condition: ConditionSpec::new(conditions::APPLIED, status, why, "the plan"),
             change: None,
