@@ -63,8 +63,14 @@ pub trait KubeletService {
         self.stop()?;
         self.start()
     }
-    /// Whether it runs healthily after a start.
+    /// Whether it runs healthily after a start (the verify step of an apply).
     fn healthy(&mut self) -> Result<(), String>;
+    /// Whether it runs healthily again after a rollback restarted it on the old files; by
+    /// default the same checks as [`KubeletService::healthy`]. Checks that judge the new
+    /// configuration (agreement with the spec) leave themselves out.
+    fn recovered(&mut self) -> Result<(), String> {
+        self.healthy()
+    }
 }
 
 fn run_argv(argv: &[String]) -> Result<(), String> {
@@ -440,7 +446,15 @@ fn carry_out(
             Err(x) => msg.push_str(&format!("; restoring the backups failed too: {x:#}")),
         }
         match svc.start() {
-            Ok(()) => msg.push_str(" and the kubelet restarted"),
+            Ok(()) => {
+                msg.push_str(" and the kubelet restarted");
+                match svc.recovered() {
+                    Ok(()) => msg.push_str(" (healthy again)"),
+                    Err(x) => msg.push_str(&format!(
+                        ", but it is not healthy again after the rollback: {x}"
+                    )),
+                }
+            }
             Err(x) => msg.push_str(&format!(", but restarting the kubelet failed: {x}")),
         }
         if w.remove(&files.journal()).is_err() {
@@ -495,7 +509,7 @@ fn verify(
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     svc.healthy()
-        .map_err(|e| format!("the kubelet is not healthy: {e}"))?;
+        .map_err(|e| format!("the restarted kubelet failed its checks: {e}"))?;
     let effective = kubelet::read_effective(&files.config, Some(&files.config_dir))
         .map_err(|e| format!("{e:#}"))?;
     let mut eff = effective.normalized();

@@ -12,6 +12,7 @@ use nodetopo_engine::CpuTopology;
 use nodetopo_runtime::log::LogFormat;
 
 pub mod actuation;
+pub mod agreement;
 pub mod checkpoint;
 pub mod config;
 pub mod core;

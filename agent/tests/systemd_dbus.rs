@@ -354,7 +354,11 @@ async fn restart_over_dbus() {
         "{msg}"
     );
     assert!(msg.contains(&bus.address), "{msg}");
-    assert!(msg.contains("restored and the kubelet restarted"), "{msg}");
+    assert!(
+        msg.contains("restored and the kubelet restarted (healthy again)"),
+        "{msg}"
+    );
+    // After the rollback's start, the unit's health is checked again (GetUnit).
     assert_eq!(
         take_calls(&shared),
         [
@@ -363,7 +367,8 @@ async fn restart_over_dbus() {
             "StartUnit(kubelet.service,replace)",
             "Subscribe",
             "StopUnit(kubelet.service,replace)",
-            "StartUnit(kubelet.service,replace)"
+            "StartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)"
         ]
     );
     assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
@@ -421,6 +426,11 @@ async fn restart_over_dbus() {
         msg.contains("kubelet.service is \"failed\", not \"active\""),
         "{msg}"
     );
+    // The unit stays failed after the rollback too, and the message says so.
+    assert!(
+        msg.contains("the kubelet restarted, but it is not healthy again after the rollback: "),
+        "{msg}"
+    );
     assert!(k.read("conf.d/90-nodetopo.conf").is_none());
     assert_eq!(
         take_calls(&shared),
@@ -429,7 +439,8 @@ async fn restart_over_dbus() {
             "RestartUnit(kubelet.service,replace)",
             "GetUnit(kubelet.service)",
             "StopUnit(kubelet.service,replace)",
-            "StartUnit(kubelet.service,replace)"
+            "StartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)"
         ]
     );
     n += 1;

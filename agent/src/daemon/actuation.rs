@@ -4,7 +4,9 @@
 //! `nodetopo-agent apply` ([`crate::actuate`]), then publish the verdict as the `Applied`
 //! condition (for that generation) and `status.change`. The executor's verify step also
 //! waits (`--actuation-verify-seconds`) for this Node to be Ready again with a heartbeat
-//! newer than the restart ([`super::node_ready`]); a failure rolls the apply back.
+//! newer than the restart ([`super::node_ready`]), then for `KubeletAgreement` on a kubelet
+//! read after the restart ([`super::agreement`]); a failure rolls the apply back. A True
+//! verdict's message ends with the agreement confirmed.
 //!
 //! - Not marked: `Applied` False `ObserveOnly` (with actuation on; nothing otherwise).
 //! - Marked, actuation off: `Applied` False `ActuationDisabled`; nothing is touched.
@@ -41,6 +43,7 @@ use nodetopo_crds::{
 use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
 use nodetopo_engine::CpuTopology;
 
+use super::agreement::{AgreementCheck, AgreementFeed};
 pub use super::core::Outcome;
 use super::core::{Event, PodInfo};
 use super::node_ready::NodeReadyCheck;
@@ -89,7 +92,8 @@ pub struct ActuationArgs {
     #[arg(long, default_value_t = 10)]
     pub actuation_retry_seconds: u64,
     /// Verify step: how long to wait after the kubelet restart for this Node to be Ready
-    /// again with a heartbeat newer than the restart (else the apply is rolled back).
+    /// again with a heartbeat newer than the restart, then (counted from the restart) for
+    /// KubeletAgreement on a kubelet read after it (else the apply is rolled back).
     #[arg(long, default_value_t = 120)]
     pub actuation_verify_seconds: u64,
 }
@@ -419,7 +423,7 @@ impl Earlier {
 }
 
 /// The `done` entry of a verified apply.
-const VERIFIED: &str = "verified: kubelet healthy, Node Ready again with a heartbeat after the restart, effective configuration as desired, state file accepted";
+const VERIFIED: &str = "verified: kubelet healthy, Node Ready again with a heartbeat after the restart, KubeletAgreement confirmed on a kubelet read after the restart (see the message), effective configuration as desired, state file accepted";
 
 /// How the `done` entry of an accepted eviction ends.
 const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
@@ -491,6 +495,7 @@ async fn apply_once(
     nt: &NodeTopology,
     generation: i64,
     eviction: EvictionMode,
+    feed: &AgreementFeed,
 ) -> Outcome {
     let failed = |msg: String| Outcome {
         generation,
@@ -531,16 +536,22 @@ async fn apply_once(
         Err(e) => return failed(format!("{e:#}")),
     };
     let dry_run = args.kubelet_restart == RestartMode::DryRun;
-    // The verify step also waits for the Node to be Ready again after the restart.
+    // The verify step also waits for the Node to be Ready again after the restart, then for
+    // KubeletAgreement on a kubelet read after it (what it confirmed lands in `verified`).
+    let verified = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let svc: Box<dyn actuate::KubeletService + Send> = if dry_run {
         svc
     } else {
-        Box::new(NodeReadyCheck::new(
-            svc,
-            tokio::runtime::Handle::current(),
-            Api::all(client.clone()),
-            node,
-            Duration::from_secs(args.actuation_verify_seconds.max(1)),
+        let wait = Duration::from_secs(args.actuation_verify_seconds.max(1));
+        let handle = tokio::runtime::Handle::current();
+        let ready = NodeReadyCheck::new(svc, handle.clone(), Api::all(client.clone()), node, wait);
+        Box::new(AgreementCheck::new(
+            Box::new(ready),
+            handle,
+            feed.clone(),
+            generation,
+            wait,
+            verified.clone(),
         ))
     };
     let (topology, files_c) = (topology.clone(), files.clone());
@@ -558,11 +569,16 @@ async fn apply_once(
         )
     })
     .await;
-    let report = match joined {
+    let mut report = match joined {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return failed(format!("{e:#}")),
         Err(e) => return failed(format!("the apply task ended abnormally: {e}")),
     };
+    if report.applied {
+        if let Some(confirmed) = verified.lock().ok().and_then(|mut v| v.take()) {
+            report.message = format!("{}; {confirmed}", report.message);
+        }
+    }
     let mut evictions = Vec::new();
     if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict && !dry_run {
         for pod in pods_to_evict(&report.plan) {
@@ -587,6 +603,7 @@ pub async fn run(
     kubelet_state: PathBuf,
     args: ActuationArgs,
     tx: tokio::sync::mpsc::Sender<Event>,
+    feed: AgreementFeed,
 ) {
     let files = KubeletFiles {
         config: args.kubelet_config.clone(),
@@ -652,6 +669,7 @@ pub async fn run(
                                 &nt,
                                 generation,
                                 eviction,
+                                &feed,
                             )
                             .await,
                         )

@@ -328,13 +328,13 @@ impl Core {
             Event::PodProblems(p) => self.pod_problems = p,
             Event::Actuation(a) => {
                 let mut a = *a;
-                // A True verdict says what was verified (service, Node Ready, files); the
-                // kubelet's agreement with the agent is not re-read for it, so the verdict
-                // names the agreement last seen rather than claim it.
-                if a.condition.status {
+                // A restart's True verdict names the agreement its verify step confirmed on
+                // a kubelet read after the restart. NoChange restarted nothing: it names the
+                // agreement last seen.
+                if a.condition.status && a.condition.reason == reason::NO_CHANGE {
                     let k = self.kubelet_agreement_condition(&self.kubelet_actual());
                     a.condition.message = format!(
-                        "{}; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): {} {}: {}",
+                        "{}; KubeletAgreement at verdict time (nothing was restarted): {} {}: {}",
                         a.condition.message,
                         if k.status { "True" } else { "False" },
                         k.reason,
@@ -762,6 +762,11 @@ impl Core {
     /// The kubelet's last PodResources answer, when it was read.
     pub fn podresources(&self) -> Option<&KubeletView> {
         self.podresources.as_ref().ok().and_then(|v| v.as_ref())
+    }
+
+    /// The generation of the spec last received.
+    pub fn generation(&self) -> Option<i64> {
+        self.generation
     }
 
     /// The NodeTopology spec last received, if any (it may not apply: see `status`).

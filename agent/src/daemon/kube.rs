@@ -17,6 +17,7 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
 
+use super::agreement::{AgreementFeed, AgreementSeen};
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
 use super::cycle::{now, Cycle};
@@ -256,6 +257,10 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         // Fail at start-up, not at the first mark, when the restart hook is incomplete.
         args.actuation.service()?;
     }
+    // The verify step of an apply waits for KubeletAgreement on a kubelet read after the
+    // restart: each cycle publishes what was seen, and the step can ask for a read now.
+    let (seen_tx, seen_rx) = tokio::sync::watch::channel(None);
+    let read_now = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(super::actuation::run(
         client.clone(),
         node.clone(),
@@ -263,6 +268,10 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         args.kubelet_state.clone(),
         args.actuation.clone(),
         act_tx,
+        AgreementFeed {
+            seen: seen_rx,
+            read_now: read_now.clone(),
+        },
     ));
     let actuation_events = futures::stream::unfold(act_rx, |mut rx| async move {
         rx.recv().await.map(|ev| (ev, rx))
@@ -277,10 +286,11 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let shutdown = Shutdown::on_signals();
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
     let mut cycle = Cycle::new(cp_path);
+    let mut last_read: Option<std::time::Instant> = None;
     loop {
         let (stop, kubelet_read) = next_inputs(
             &mut events,
-            &mut kubelet_tick,
+            (&mut kubelet_tick, &read_now, &mut last_read),
             &shutdown,
             &mut core,
             &args,
@@ -310,6 +320,20 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             let _ = tx.send(Some(status.clone()));
             cycle.published(status);
         }
+        if let Some(read_at) = last_read {
+            let (condition, differences) = core.kubelet_agreement();
+            let seen = AgreementSeen {
+                read_at,
+                generation: core.generation(),
+                condition,
+                differences,
+            };
+            seen_tx.send_if_modified(|old| {
+                let changed = old.as_ref() != Some(&seen);
+                *old = Some(seen);
+                changed
+            });
+        }
         metrics.observe(&core, started.elapsed());
         if stop {
             flush(&mut done_rx, &cycle).await;
@@ -319,13 +343,22 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
-/// Waits for the next input of a cycle (a core event, the 10 s kubelet read or a shutdown
-/// request), applies it to the core, then takes whatever else arrives within 100 ms into the
-/// same cycle (debounce). Returns whether to stop after this cycle (shutdown requested or
-/// the event streams ended) and whether the kubelet was read in it.
+/// The kubelet reads: the 10 s tick, a read asked for now (actuation's verify step), and
+/// when the last read began.
+type KubeletReads<'a> = (
+    &'a mut tokio::time::Interval,
+    &'a tokio::sync::Notify,
+    &'a mut Option<std::time::Instant>,
+);
+
+/// Waits for the next input of a cycle (a core event, a kubelet read on the 10 s tick or
+/// asked for, or a shutdown request), applies it to the core, then takes whatever else
+/// arrives within 100 ms into the same cycle (debounce). Returns whether to stop after this
+/// cycle (shutdown requested or the event streams ended) and whether the kubelet was read in
+/// it.
 async fn next_inputs<S>(
     events: &mut S,
-    kubelet_tick: &mut tokio::time::Interval,
+    (kubelet_tick, read_now, last_read): KubeletReads<'_>,
     shutdown: &Shutdown,
     core: &mut Core,
     args: &Args,
@@ -342,10 +375,11 @@ where
             None => stop = true,
         },
         _ = kubelet_tick.tick() => {
-            core.apply(Event::Kubelet(validate::read_kubelet_state(&args.kubelet_state, topology)));
-            core.apply(Event::PodResources(
-                super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT).await,
-            ));
+            read_kubelet(core, args, topology, last_read).await;
+            kubelet_read = true;
+        }
+        _ = read_now.notified() => {
+            read_kubelet(core, args, topology, last_read).await;
             kubelet_read = true;
         }
         _ = shutdown.requested() => stop = true,
@@ -360,6 +394,25 @@ where
         }
     }
     (stop, kubelet_read)
+}
+
+/// Reads the kubelet's CPU manager checkpoint and its PodResources answer into the core,
+/// noting when the read began.
+async fn read_kubelet(
+    core: &mut Core,
+    args: &Args,
+    topology: &CpuTopology,
+    last_read: &mut Option<std::time::Instant>,
+) {
+    *last_read = Some(std::time::Instant::now());
+    core.apply(Event::Kubelet(validate::read_kubelet_state(
+        &args.kubelet_state,
+        topology,
+    )));
+    core.apply(Event::PodResources(
+        super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT)
+            .await,
+    ));
 }
 
 /// Starts the NodeResourceTopology writer task for `node`; returns the channel that feeds

@@ -8,7 +8,8 @@
 //! inner service, then polls the Node (bounded by `--actuation-verify-seconds`). The decision
 //! is the pure [`node_ready_since`]. A kubelet posts its node status at once when it starts
 //! (its first status update always patches), so a fresh heartbeat follows a good restart
-//! within seconds; times are compared at whole seconds, the API's resolution.
+//! within seconds; times are compared at whole seconds, the API's resolution. After a
+//! rollback (`recovered`) the same wait says whether the node came back on its old files.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +127,10 @@ impl KubeletService for NodeReadyCheck {
     }
     fn healthy(&mut self) -> Result<(), String> {
         self.inner.healthy()?;
+        self.wait_ready()
+    }
+    fn recovered(&mut self) -> Result<(), String> {
+        self.inner.recovered()?;
         self.wait_ready()
     }
 }

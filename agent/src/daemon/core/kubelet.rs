@@ -83,6 +83,17 @@ impl Core {
             .collect()
     }
 
+    /// The `KubeletAgreement` condition as status shows it now, with the containers that
+    /// differ (what the actuation verify step compares before and after a restart).
+    pub fn kubelet_agreement(&self) -> (ConditionSpec, Vec<String>) {
+        let kubelet = self.kubelet_actual();
+        let differences = match &kubelet {
+            Ok(Some(k)) => self.differences_from(k),
+            _ => Vec::new(),
+        };
+        (self.kubelet_agreement_condition(&kubelet), differences)
+    }
+
     /// The `KubeletAgreement` condition for the kubelet view read (or why none was).
     pub(super) fn kubelet_agreement_condition(
         &self,

@@ -499,7 +499,7 @@ fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
 }
 
 #[test]
-fn true_applied_verdict_names_the_agreement_seen_and_failed_is_left_alone() {
+fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alone() {
     let mut core = without_kubelet_state(2);
     let outcome = |status: bool, why: &str| {
         Box::new(Outcome {
@@ -513,12 +513,12 @@ fn true_applied_verdict_names_the_agreement_seen_and_failed_is_left_alone() {
         let c = conditions::find(&st.conditions, conditions::APPLIED).expect("Applied");
         (c.status.clone(), c.reason.clone(), c.message.clone())
     };
-    core.apply(Event::Actuation(outcome(true, "RestartOnly")));
+    core.apply(Event::Actuation(outcome(true, "NoChange")));
     let (st, why, msg) = applied(&core);
-    assert_eq!((st.as_str(), why.as_str()), ("True", "RestartOnly"));
+    assert_eq!((st.as_str(), why.as_str()), ("True", "NoChange"));
     assert_eq!(
         msg,
-        "the plan; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): False NoKubeletState: no kubelet CPU manager checkpoint to compare with"
+        "the plan; KubeletAgreement at verdict time (nothing was restarted): False NoKubeletState: no kubelet CPU manager checkpoint to compare with"
     );
     core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
         policy_name: "static".into(),
@@ -530,13 +530,26 @@ fn true_applied_verdict_names_the_agreement_seen_and_failed_is_left_alone() {
     }))));
     // The published message stays what was seen at verdict time.
     assert_eq!(applied(&core).2, msg);
-    core.apply(Event::Actuation(outcome(true, "StateRewritten")));
+    let (agreement, differences) = core.kubelet_agreement();
+    assert_eq!(
+        (agreement.status, agreement.reason.as_str()),
+        (true, "Agree")
+    );
+    assert!(differences.is_empty(), "{differences:?}");
+    core.apply(Event::Actuation(outcome(true, "NoChange")));
     let msg = applied(&core).2;
     assert!(
-        msg.starts_with("the plan; KubeletAgreement at verdict time (the agent's last kubelet read, not re-checked after the restart): True "),
+        msg.starts_with(
+            "the plan; KubeletAgreement at verdict time (nothing was restarted): True Agree"
+        ),
         "{msg}"
     );
+    // A restart's verdict carries what its verify step confirmed; the core adds nothing.
+    for why in ["RestartOnly", "StateRewritten"] {
+        core.apply(Event::Actuation(outcome(true, why)));
+        assert_eq!(applied(&core).2, "the plan", "{why}");
+    }
     core.apply(Event::Actuation(outcome(false, "Failed")));
     assert_eq!(applied(&core).2, "the plan");
-    println!("Applied verdict messages checked: 3");
+    println!("Applied verdict messages checked: 5");
 }

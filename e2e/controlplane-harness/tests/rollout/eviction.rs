@@ -98,6 +98,11 @@ async fn accepted_eviction_then_replan() {
         "applied before the pod was gone: {reasons:?}"
     );
     assert_eq!(reasons[0], "WaitingForEviction", "{reasons:?}");
+    let message = applied(&nt).map(|a| a.2).unwrap_or_default();
+    assert!(
+        message.contains("; KubeletAgreement True on a kubelet read after the restart"),
+        "the verdict names the agreement its verify step confirmed: {message}"
+    );
     let last = reasons.last().cloned().unwrap_or_default();
     assert!(
         reasons.len() == 2 && ["RestartOnly", "StateRewritten"].contains(&last.as_str()),

@@ -45,9 +45,34 @@ pub(crate) fn start_operator(cp: &ControlPlane, bin: &Path) -> Proc {
     Proc(process::spawn(cmd, "nodetopo-operator").expect("starting the operator"))
 }
 
+/// A static-policy kubelet state file (checkpoint format v2, the kubelet's checksum):
+/// `entries` maps pod UID -> container -> CPUs; the shared pool is every other CPU.
+pub(crate) fn kubelet_state_text(entries: Value) -> String {
+    let mut exclusive = nodetopo_engine::CpuSet::new();
+    for containers in entries.as_object().into_iter().flat_map(|m| m.values()) {
+        for cpus in containers.as_object().into_iter().flat_map(|m| m.values()) {
+            let set = nodetopo_engine::CpuSet::parse(cpus.as_str().expect("cpus")).expect("set");
+            exclusive = exclusive.union(&set);
+        }
+    }
+    let all = nodetopo_engine::CpuSet::parse("0-63").expect("all");
+    let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
+        "policyName": "static",
+        "defaultCpuSet": all.difference(&exclusive).to_string(),
+        "entries": entries
+    }));
+    nodetopo_engine::change::checkpoint::render(
+        &state,
+        nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+    )
+}
+
 /// A node's temp kubelet directory with the kubelet config, an empty drop-in directory, an
 /// optional state file and the fake hooks; `fail_start_once` makes the first start fail;
-/// `gated` makes the start wait until the test creates the file `release`.
+/// `gated` makes the start wait until the test creates the file `release`. Like a kubelet
+/// with the static policy, the start hook writes a fresh state file (no exclusive CPUs,
+/// every CPU shared) when there is none, so the agent's verify step reads one after the
+/// restart.
 pub(crate) fn kubelet_dir(
     root: &Path,
     node: &str,
@@ -65,6 +90,11 @@ pub(crate) fn kubelet_dir(
     if let Some(s) = state {
         std::fs::write(d.join("cpu_manager_state"), s).expect("state");
     }
+    std::fs::write(
+        d.join("fresh_cpu_manager_state"),
+        kubelet_state_text(json!({})),
+    )
+    .expect("fresh state");
     let log = d.join("hooks.log");
     let script = |name: &str, body: String| {
         let p = d.join(name);
@@ -90,9 +120,22 @@ pub(crate) fn kubelet_dir(
         String::new()
     };
     // The second between call and verdict keeps a node visibly in progress.
+    let write_state = format!(
+        "[ -e {s} ] || cp {f} {s}\n",
+        s = d.join("cpu_manager_state").display(),
+        f = d.join("fresh_cpu_manager_state").display()
+    );
+    // A test may drop `on-start.sh` in the directory: run by each start, after the above.
+    let on_start = format!(
+        "if [ -e {h} ]; then . {h}; fi\n",
+        h = d.join("on-start.sh").display()
+    );
     script(
         "start.sh",
-        format!("sleep 1\n{gate}{fail}echo start >> {}\n", log.display()),
+        format!(
+            "sleep 1\n{gate}{fail}{write_state}{on_start}echo start >> {}\n",
+            log.display()
+        ),
     );
     d
 }

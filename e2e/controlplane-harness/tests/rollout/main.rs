@@ -31,6 +31,14 @@
 //! the agent re-plans and applies. Applied goes WaitingForEviction, then RestartOnly or
 //! StateRewritten, and the final status.change lists the eviction and the apply.
 //!
+//! [`agreement::kubelet_disagreeing_after_the_restart_rolls_back`]: policy `agree` over g1
+//! with pod `db`: in Observe mode the test reads where nodetopo places `db` and writes the
+//! kubelet state holding it there (KubeletAgreement True); the start hook of the apply's
+//! restart moves `db` to another core once. Switched to Apply, the verify step sees
+//! KubeletAgreement False with a difference that was not there before the apply, the
+//! apply is rolled back (drop-in removed, hooks stop, start, stop, start) and Applied is
+//! False/Failed naming the difference.
+//!
 //! [`node_ready::node_not_ready_after_the_restart_rolls_back`]: policy `nr` (Apply, maxUnavailable 1)
 //! over n1 and n2; n1's heartbeat stops before the rollout (the node lifecycle controller's
 //! Ready Unknown is written), so n1's apply fails verification after
@@ -38,6 +46,7 @@
 //! kubelet restarted again (hooks stop, start, stop, start), Applied False/Failed naming Node
 //! n1 and Ready=Unknown, the rollout paused with n2 never marked.
 
+mod agreement;
 mod deadline;
 mod eviction;
 mod harness;
@@ -268,11 +277,15 @@ async fn rollout_against_a_real_apiserver() {
         let hooks = std::fs::read_to_string(kdirs[n].join("hooks.log")).unwrap_or_default();
         match n {
             "r1" | "r2" | "r4" => {
-                let (status, reason, _) = a.clone().expect("verdict");
+                let (status, reason, message) = a.clone().expect("verdict");
                 assert_eq!(status, "True", "{n}: {a:?}");
                 assert!(
                     ["RestartOnly", "StateRewritten"].contains(&reason.as_str()),
                     "{n}: {a:?}"
+                );
+                assert!(
+                    message.contains("; KubeletAgreement True on a kubelet read after the restart: the kubelet's CPU assignments equal nodetopo's"),
+                    "{n}: the verdict names the agreement its verify step confirmed: {message}"
                 );
                 let text = std::fs::read_to_string(&dropin).expect("drop-in written");
                 assert!(text.contains("reservedSystemCPUs: \"0-1,32-33\""), "{text}");
