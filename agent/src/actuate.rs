@@ -28,6 +28,7 @@
 //! under the new configuration. On failure: restore the backups, restart again, report
 //! `Failed` with the reason.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -193,13 +194,25 @@ fn read_opt(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     }
 }
 
-/// Puts a file back from its backup (or removes it when it did not exist before).
+/// The permission bits of `path`, or `default` when it does not exist or cannot be read.
+fn mode_of(path: &Path, default: u32) -> u32 {
+    std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(default)
+}
+
+/// The mode the kubelet creates its state file with (its FileStore writes a temp file made by
+/// os.CreateTemp, mode 0600, and renames it).
+const KUBELET_STATE_MODE: u32 = 0o600;
+
+/// Puts a file back from its backup, with the backup's mode (or removes it when it did not
+/// exist before).
 fn restore(w: &AllowedWrites, path: &Path, existed: bool) -> anyhow::Result<()> {
     if existed {
         let b = backup_of(path);
         let bytes = std::fs::read(&b)
             .with_context(|| format!("reading the backup {} to restore", b.display()))?;
-        w.write(path, &bytes)
+        w.write_mode(path, &bytes, mode_of(&b, 0o644))
             .with_context(|| format!("restoring {}", path.display()))
     } else {
         w.remove(path)
@@ -414,12 +427,14 @@ fn carry_out(
     let old_state = read_opt(&files.state).map_err(|x| e("reading the state", x))?;
     // 1. Backups, durable, before anything changes.
     if let Some(b) = &old_dropin {
-        w.write(&backup_of(&dropin_path), b)
+        w.write_mode(&backup_of(&dropin_path), b, mode_of(&dropin_path, 0o644))
             .map_err(|x| format!("backing up the drop-in: {x}"))?;
     }
+    // The state file and its backup keep the state file's mode (the kubelet's 0600).
+    let state_mode = mode_of(&files.state, KUBELET_STATE_MODE);
     if new_state.is_some() {
         if let Some(b) = &old_state {
-            w.write(&backup_of(&files.state), b)
+            w.write_mode(&backup_of(&files.state), b, state_mode)
                 .map_err(|x| format!("backing up the state: {x}"))?;
         }
     }
@@ -471,7 +486,7 @@ fn carry_out(
         }
     }
     if let Some(s) = new_state {
-        if let Err(x) = w.write(&files.state, s.as_bytes()) {
+        if let Err(x) = w.write_mode(&files.state, s.as_bytes(), state_mode) {
             return Err(rollback(svc, format!("writing the state failed: {x}")));
         }
     }

@@ -352,6 +352,12 @@ fn kubelet_with_neighbours() -> Kubelet {
     )
     .unwrap();
     fs::create_dir_all(k.p("lib/pods/uid-1/volumes")).unwrap();
+    // The kubelet creates its state file 0600 (a temp file from os.CreateTemp, renamed).
+    fs::set_permissions(
+        k.p("lib/cpu_manager_state"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
     k
 }
 
@@ -418,12 +424,20 @@ fn apply_writes_only_the_dropin_the_state_their_backups_and_journal() {
         let mut want: Vec<String> = must.iter().map(|s| s.to_string()).collect();
         want.sort();
         assert_eq!(diff, want, "{policy} {hooks:?}: changed paths");
+        // The drop-in (and its backup, the journal) 0644; the state file and its backup
+        // keep the state file's 0600. A restored state is equal in contents and mode, so a
+        // failure leaves only the backup changed.
         for p in &diff {
             if let Some((mode, Some(_))) = after.get(p) {
-                assert_eq!(mode & 0o777, 0o644, "{p}: mode");
+                let want = if p.starts_with("lib/cpu_manager_state") {
+                    0o600
+                } else {
+                    0o644
+                };
+                assert_eq!(mode & 0o777, want, "{p}: mode");
             }
         }
         n += 1;
     }
-    println!("apply writes: {n} applies snapshotted (config dir and kubelet dir, names, contents, modes); nothing outside the allowed files changed");
+    println!("apply writes: {n} applies snapshotted (config dir and kubelet dir, names, contents, modes); nothing outside the allowed files changed; the state file and its backup kept mode 0600");
 }

@@ -81,6 +81,12 @@ impl AllowedWrites {
     /// Writes `bytes` to the allowed `path` atomically with mode 0644: a temp file in the same
     /// directory, fsync, rename, fsync of the directory.
     pub fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_mode(path, bytes, 0o644)
+    }
+
+    /// [`AllowedWrites::write`] with the given permission bits (the kubelet's state file and
+    /// its backup keep the state file's own mode, 0600 as the kubelet creates it).
+    pub fn write_mode(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         self.check(path)?;
         let tmp = temp_of(path);
         let dir = tmp.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -89,10 +95,10 @@ impl AllowedWrites {
                 .write(true)
                 .create(true)
                 .truncate(true)
-                .mode(0o644)
+                .mode(mode)
                 .open(&tmp)?;
             f.write_all(bytes)?;
-            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
             f.sync_all()?;
             drop(f);
             std::fs::rename(&tmp, path)?;
