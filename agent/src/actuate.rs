@@ -378,7 +378,8 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         .new_state
         .as_ref()
         .map(|s| checkpoint::render(s, format));
-    let dropin = kubelet::render_dropin(&desired);
+    let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
+    let dropin = kubelet::render_dropin(&desired, &below);
     if input.dry_run {
         let mut actions = Vec::new();
         if new_state.is_some() {

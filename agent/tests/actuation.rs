@@ -30,6 +30,10 @@ const OK_HOOKS: [&str; 6] = [
     "true",
 ];
 
+/// What every kubelet configuration file starts with.
+const KUBELET_HEAD: &str =
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
 fn original_state() -> Vec<u8> {
     fs::read(examples().join("cpu_manager_state")).unwrap()
 }
@@ -130,17 +134,18 @@ fn local_executor_cases() {
     let k = Kubelet::new();
     fs::write(
         k.p("conf.d/99-site.conf"),
-        "topologyManagerPolicy: restricted\n",
+        format!("{KUBELET_HEAD}topologyManagerPolicy: restricted\n"),
     )
     .unwrap();
-    fs::write(k.p("conf.d/90-nodetopo.conf"), "cpuManagerPolicy: static\n").unwrap();
+    let ours_before = format!("{KUBELET_HEAD}cpuManagerPolicy: static\n");
+    fs::write(k.p("conf.d/90-nodetopo.conf"), &ours_before).unwrap();
     let (out, v) = k.apply("policy-restart.yaml", &OK_HOOKS);
     assert_eq!(out.status.code(), Some(1));
     let msg = v["message"].as_str().unwrap();
     assert!(msg.contains("overrides"), "{msg}");
     assert_eq!(
         k.read("conf.d/90-nodetopo.conf").unwrap(),
-        b"cpuManagerPolicy: static\n"
+        ours_before.as_bytes()
     );
     n += 1;
 
@@ -340,9 +345,18 @@ fn changed(before: &Tree, after: &Tree) -> Vec<String> {
 /// the memory manager state, a key, a pod directory, a subdirectory of the config dir.
 fn kubelet_with_neighbours() -> Kubelet {
     let k = Kubelet::new();
-    fs::write(k.p("conf.d/10-site.conf"), "maxPods: 110\n").unwrap();
+    fs::write(
+        k.p("conf.d/10-site.conf"),
+        format!("{KUBELET_HEAD}maxPods: 110\n"),
+    )
+    .unwrap();
+    // A subdirectory's drop-ins count too (the kubelet walks the directory tree).
     fs::create_dir_all(k.p("conf.d/extra")).unwrap();
-    fs::write(k.p("conf.d/extra/20-x.conf"), "# nothing\n").unwrap();
+    fs::write(
+        k.p("conf.d/extra/20-x.conf"),
+        format!("{KUBELET_HEAD}maxPods: 100\n"),
+    )
+    .unwrap();
     fs::write(k.p("lib/memory_manager_state"), "{}").unwrap();
     fs::create_dir_all(k.p("lib/pki")).unwrap();
     fs::write(k.p("lib/pki/kubelet-client.key"), "secret").unwrap();

@@ -2,9 +2,18 @@
 //! its drop-in directory (KEP-3983, `--config-dir`), taken from a NodeResourcePolicy, and
 //! written as nodetopo's drop-in `90-nodetopo.conf`.
 //!
-//! Drop-ins are applied the way the kubelet applies them: files ending in `.conf` in name
-//! order, each one decoded over the result of the previous ones, so a scalar field a later
-//! file sets replaces the earlier value and a map field merges key by key.
+//! Files are read the way the kubelet reads them (cmd/kubelet/app: `loadConfigFile`, then
+//! `mergeKubeletConfigurations`; checked against that code by the kubelet configuration
+//! oracle, `e2e/kubelet-config-oracle`):
+//! - every file needs `apiVersion: kubelet.config.k8s.io/v1beta1` and `kind:
+//!   KubeletConfiguration`, and may not be empty: the kubelet refuses to start otherwise;
+//! - drop-ins are the files ending in `.conf` anywhere under the directory, in the order of
+//!   Go's `filepath.WalkDir` (names sorted byte-wise in each directory, a subdirectory's
+//!   files where its name sorts), and a missing directory is an error, as for the kubelet;
+//! - each drop-in is a JSON merge patch (RFC 7386) over the result so far: a scalar it sets
+//!   replaces the earlier value, `null` resets the field to the kubelet's default, a map
+//!   merges key by key and a `null` value deletes its key. In the `--config` file a `null`
+//!   scalar is the default too, and a `null` map value decodes as the empty string.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +30,8 @@ pub const DROPIN_NAME: &str = "90-nodetopo.conf";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 /// The largest kubelet configuration file read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// The one `apiVersion` the kubelet reads configuration files in.
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 
 fn read(path: &Path) -> anyhow::Result<String> {
     nodetopo_engine::files::read_text_bounded(path, MAX_CONFIG_BYTES)
@@ -44,84 +55,146 @@ fn string_map(v: &Value, field: &str, file: &Path) -> anyhow::Result<BTreeMap<St
     Ok(out)
 }
 
-/// The fields of one file, applied over `into`; `reserved_millis` collects kubeReserved and
-/// systemReserved cpu.
-fn apply(
-    text: &str,
+/// Which file of the kubelet's configuration is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// The `--config` file (decoded whole).
+    Config,
+    /// A drop-in (merged as a JSON merge patch).
+    DropIn,
+}
+
+/// The owned fields as they build up over the files, with the reserved maps whose `cpu`
+/// entries give the reserved CPU count.
+#[derive(Debug, Default)]
+struct Layers {
+    owned: OwnedConfig,
+    kube_reserved: BTreeMap<String, String>,
+    system_reserved: BTreeMap<String, String>,
+}
+
+/// Merges the map field `field` of one file into `into` (see the module documentation).
+fn merge_map(
+    v: &Value,
+    field: &str,
     file: &Path,
-    into: &mut OwnedConfig,
-    reserved_millis: &mut BTreeMap<&'static str, u64>,
+    layer: Layer,
+    into: &mut BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
-    let doc: Value =
-        serde_yaml::from_str(text).with_context(|| format!("{}: not YAML", file.display()))?;
-    let Value::Mapping(m) = &doc else {
-        bail!("{}: not a KubeletConfiguration object", file.display());
-    };
-    if let Some(kind) = m.get("kind").and_then(Value::as_str) {
-        if kind != "KubeletConfiguration" {
-            bail!(
-                "{}: kind is {kind:?}, expected KubeletConfiguration",
-                file.display()
-            );
+    let m = match v {
+        Value::Null => {
+            into.clear();
+            return Ok(());
         }
-    }
-    let s = |key: &str| -> anyhow::Result<Option<String>> {
-        match m.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => bail!("{}: {key} is not a string", file.display()),
-        }
+        Value::Mapping(m) => m,
+        _ => bail!("{}: {field} is not a map", file.display()),
     };
-    if let Some(v) = s("cpuManagerPolicy")? {
-        into.cpu_manager_policy = v;
+    if layer == Layer::Config {
+        into.clear();
     }
-    if let Some(v) = m.get("cpuManagerPolicyOptions") {
-        into.cpu_manager_policy_options
-            .extend(string_map(v, "cpuManagerPolicyOptions", file)?);
-    }
-    if let Some(v) = s("reservedSystemCPUs")? {
-        into.reserved_system_cpus = CpuSet::parse(&v)
-            .map_err(|e| anyhow::anyhow!("{}: reservedSystemCPUs {v:?}: {e}", file.display()))?;
-    }
-    if let Some(v) = s("topologyManagerPolicy")? {
-        into.topology_manager_policy = v;
-    }
-    if let Some(v) = s("topologyManagerScope")? {
-        into.topology_manager_scope = v;
-    }
-    if let Some(v) = m.get("topologyManagerPolicyOptions") {
-        into.topology_manager_policy_options.extend(string_map(
-            v,
-            "topologyManagerPolicyOptions",
-            file,
-        )?);
-    }
-    for (key, slot) in [("kubeReserved", "kube"), ("systemReserved", "system")] {
-        if let Some(v) = m.get(key) {
-            let r = string_map(v, key, file)?;
-            if let Some(cpu) = r.get("cpu") {
-                let millis = quantity::parse_millis(cpu)
-                    .map_err(|e| anyhow::anyhow!("{}: {key}.cpu {cpu:?}: {e}", file.display()))?;
-                reserved_millis.insert(slot, millis);
+    for (k, v) in m {
+        let Some(k) = k.as_str() else {
+            bail!("{}: {field} has a key that is not a string", file.display());
+        };
+        match (v, layer) {
+            (Value::String(s), _) => {
+                into.insert(k.to_string(), s.clone());
             }
+            (Value::Null, Layer::DropIn) => {
+                into.remove(k);
+            }
+            (Value::Null, Layer::Config) => {
+                into.insert(k.to_string(), String::new());
+            }
+            _ => bail!(
+                "{}: {field}.{k} is not a string (quote values such as \"true\"); the kubelet refuses the file",
+                file.display()
+            ),
         }
     }
     Ok(())
 }
 
-/// The kubelet's effective owned fields from its config file and drop-in directory
-/// (`None`: no drop-in directory).
-pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
-    let mut out = OwnedConfig::default();
-    let mut reserved = BTreeMap::new();
-    apply(&read(config)?, config, &mut out, &mut reserved)?;
-    if let Some(dir) = config_dir {
-        for file in dropins(dir)? {
-            apply(&read(&file)?, &file, &mut out, &mut reserved)?;
+/// The fields of one file, applied over `into`.
+fn apply(text: &str, file: &Path, layer: Layer, into: &mut Layers) -> anyhow::Result<()> {
+    if text.trim().is_empty() {
+        bail!(
+            "{}: the file is empty, and the kubelet refuses an empty configuration file",
+            file.display()
+        );
+    }
+    let doc: Value =
+        serde_yaml::from_str(text).with_context(|| format!("{}: not YAML", file.display()))?;
+    let Value::Mapping(m) = &doc else {
+        bail!("{}: not a KubeletConfiguration object", file.display());
+    };
+    let api = m.get("apiVersion").and_then(Value::as_str);
+    let kind = m.get("kind").and_then(Value::as_str);
+    if (api, kind) != (Some(API_VERSION), Some("KubeletConfiguration")) {
+        bail!(
+            "{}: apiVersion {api:?}, kind {kind:?}: the kubelet reads only apiVersion {API_VERSION}, kind KubeletConfiguration, and refuses to start on this file",
+            file.display()
+        );
+    }
+    // A scalar: absent keeps the value so far, null is the kubelet's default (empty here).
+    let s = |key: &str| -> anyhow::Result<Option<String>> {
+        match m.get(key) {
+            None => Ok(None),
+            Some(Value::Null) => Ok(Some(String::new())),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => bail!("{}: {key} is not a string", file.display()),
+        }
+    };
+    let o = &mut into.owned;
+    if let Some(v) = s("cpuManagerPolicy")? {
+        o.cpu_manager_policy = v;
+    }
+    if let Some(v) = s("reservedSystemCPUs")? {
+        o.reserved_system_cpus = CpuSet::parse(&v)
+            .map_err(|e| anyhow::anyhow!("{}: reservedSystemCPUs {v:?}: {e}", file.display()))?;
+    }
+    if let Some(v) = s("topologyManagerPolicy")? {
+        o.topology_manager_policy = v;
+    }
+    if let Some(v) = s("topologyManagerScope")? {
+        o.topology_manager_scope = v;
+    }
+    let maps: [(&str, &mut BTreeMap<String, String>); 4] = [
+        ("cpuManagerPolicyOptions", &mut o.cpu_manager_policy_options),
+        (
+            "topologyManagerPolicyOptions",
+            &mut o.topology_manager_policy_options,
+        ),
+        ("kubeReserved", &mut into.kube_reserved),
+        ("systemReserved", &mut into.system_reserved),
+    ];
+    for (key, slot) in maps {
+        if let Some(v) = m.get(key) {
+            merge_map(v, key, file, layer, slot)?;
         }
     }
+    Ok(())
+}
+
+/// The owned fields after `files` (the `--config` file first, then drop-ins in order).
+fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
+    let mut l = Layers::default();
+    apply(&read(config)?, config, Layer::Config, &mut l)?;
+    for file in dropins {
+        apply(&read(file)?, file, Layer::DropIn, &mut l)?;
+    }
+    let mut out = l.owned;
     if out.reserved_system_cpus.is_empty() {
-        let millis: u64 = reserved.values().sum();
+        let mut millis = 0;
+        for (key, m) in [
+            ("kubeReserved", &l.kube_reserved),
+            ("systemReserved", &l.system_reserved),
+        ] {
+            if let Some(cpu) = m.get("cpu") {
+                millis += quantity::parse_millis(cpu)
+                    .map_err(|e| anyhow::anyhow!("{key}.cpu {cpu:?}: {e}"))?;
+            }
+        }
         if millis > 0 {
             // The kubelet's count: ceil of the reserved CPU quantity.
             out.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
@@ -130,26 +203,67 @@ pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Resul
     Ok(out)
 }
 
-/// The drop-in files of a directory, in the order the kubelet applies them.
-pub fn dropins(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => bail!(
-            "reading the kubelet drop-in directory {}: {e}",
-            dir.display()
-        ),
+/// The kubelet's effective owned fields from its config file and drop-in directory
+/// (`None`: the kubelet runs without `--config-dir`).
+pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
+    let files = match config_dir {
+        Some(dir) => dropins(dir)?,
+        None => Vec::new(),
     };
-    let mut files = Vec::new();
-    for entry in rd {
-        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
-        let name = entry.file_name();
-        if name.to_string_lossy().ends_with(".conf") {
-            files.push(entry.path());
+    effective_of(config, &files)
+}
+
+/// The owned fields from the config file and the drop-ins the kubelet applies before
+/// nodetopo's own [`DROPIN_NAME`] (whether it exists or not): what nodetopo's drop-in is
+/// merged over.
+pub fn read_below_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<OwnedConfig> {
+    let before: Vec<PathBuf> = dropins(config_dir)?
+        .into_iter()
+        .filter(|f| {
+            f.strip_prefix(config_dir)
+                .ok()
+                .and_then(|rel| rel.components().next())
+                .is_some_and(|first| first.as_os_str().as_encoded_bytes() < DROPIN_NAME.as_bytes())
+        })
+        .collect();
+    effective_of(config, &before)
+}
+
+/// The drop-in files under a directory, in the order the kubelet applies them: the files
+/// ending in `.conf` in Go's `filepath.WalkDir` order (entries sorted by name, byte-wise,
+/// a subdirectory walked where its name sorts; a symbolic link is a file, not followed as a
+/// directory). A missing or unreadable directory is an error, as it is for the kubelet.
+pub fn dropins(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    walk(dir, &mut out).with_context(|| {
+        format!(
+            "reading the kubelet drop-in directory {} (a kubelet started with it as --config-dir fails the same way)",
+            dir.display()
+        )
+    })?;
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("{}", dir.display()))? {
+        let entry = entry.with_context(|| format!("{}", dir.display()))?;
+        let is_dir = entry
+            .file_type()
+            .with_context(|| format!("{}", entry.path().display()))?
+            .is_dir();
+        entries.push((entry.file_name(), is_dir));
+    }
+    entries.sort_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
+    for (name, is_dir) in entries {
+        let path = dir.join(&name);
+        if is_dir {
+            walk(&path, out)?;
+        } else if name.as_encoded_bytes().ends_with(b".conf") {
+            out.push(path);
         }
     }
-    files.sort();
-    Ok(files)
+    Ok(())
 }
 
 /// The owned fields a NodeResourcePolicy (or a NodeTopology spec) asks for: its
@@ -231,32 +345,48 @@ fn yaml_str(s: &str) -> String {
 }
 
 /// nodetopo's drop-in: a full KubeletConfiguration object holding only the owned fields
-/// (an explicit reserved set; a count is resolved to CPUs by the caller).
-pub fn render_dropin(c: &OwnedConfig) -> String {
+/// (an explicit reserved set; a count is resolved to CPUs by the caller), to be merged over
+/// `below` (see [`read_below_dropin`]): an option set there that `c` does not ask for is
+/// written as `null`, which deletes it from the kubelet's merged configuration, so the
+/// option maps come out exactly as `c` says.
+pub fn render_dropin(c: &OwnedConfig, below: &OwnedConfig) -> String {
     let mut out = String::from(
         "# Written by nodetopo (NodeResourcePolicy actuation); do not edit: the agent rewrites it.\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
     );
     out.push_str(&format!("cpuManagerPolicy: {}\n", yaml_str(c.cpu_policy())));
-    let map = |out: &mut String, key: &str, m: &BTreeMap<String, String>| {
-        if m.is_empty() {
+    let map = |out: &mut String,
+               key: &str,
+               want: &BTreeMap<String, String>,
+               under: &BTreeMap<String, String>| {
+        let removed: Vec<&String> = under.keys().filter(|k| !want.contains_key(*k)).collect();
+        if want.is_empty() && removed.is_empty() {
             out.push_str(&format!("{key}: {{}}\n"));
-        } else {
-            out.push_str(&format!("{key}:\n"));
-            for (k, v) in m {
-                out.push_str(&format!("  {}: {}\n", yaml_str(k), yaml_str(v)));
-            }
+            return;
+        }
+        out.push_str(&format!("{key}:\n"));
+        for (k, v) in want {
+            out.push_str(&format!("  {}: {}\n", yaml_str(k), yaml_str(v)));
+        }
+        for k in removed {
+            out.push_str(&format!(
+                "  {}: null  # set by an earlier file; not wanted\n",
+                yaml_str(k)
+            ));
         }
     };
     map(
         &mut out,
         "cpuManagerPolicyOptions",
         &c.cpu_manager_policy_options,
+        &below.cpu_manager_policy_options,
     );
     if !c.reserved_system_cpus.is_empty() {
         out.push_str(&format!(
             "reservedSystemCPUs: {}\n",
             yaml_str(&c.reserved_system_cpus.to_string())
         ));
+    } else if !below.reserved_system_cpus.is_empty() {
+        out.push_str("reservedSystemCPUs: null  # set by an earlier file; not wanted\n");
     }
     out.push_str(&format!(
         "topologyManagerPolicy: {}\n",
@@ -270,6 +400,7 @@ pub fn render_dropin(c: &OwnedConfig) -> String {
         &mut out,
         "topologyManagerPolicyOptions",
         &c.topology_manager_policy_options,
+        &below.topology_manager_policy_options,
     );
     out
 }
@@ -278,33 +409,103 @@ pub fn render_dropin(c: &OwnedConfig) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn dropins_override_in_name_order_and_maps_merge() {
-        let dir = tempfile::tempdir().unwrap();
-        let main = dir.path().join("config.yaml");
-        std::fs::write(
-            &main,
-            "kind: KubeletConfiguration\ncpuManagerPolicy: static\nkubeReserved: {cpu: 500m}\nsystemReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions: {full-pcpus-only: \"true\"}\n",
-        )
-        .unwrap();
-        let d = dir.path().join("conf.d");
-        std::fs::create_dir(&d).unwrap();
-        std::fs::write(d.join("50-a.conf"), "topologyManagerPolicy: restricted\n").unwrap();
-        std::fs::write(
-            d.join("60-b.conf"),
-            "topologyManagerPolicy: single-numa-node\ncpuManagerPolicyOptions: {strict-cpu-reservation: \"true\"}\n",
-        )
-        .unwrap();
-        std::fs::write(d.join("70-ignored.yaml"), "cpuManagerPolicy: none\n").unwrap();
-        let c = read_effective(&main, Some(&d)).unwrap();
-        assert_eq!(c.cpu_manager_policy, "static");
-        assert_eq!(c.topology_manager_policy, "single-numa-node");
-        assert_eq!(c.cpu_manager_policy_options.len(), 2);
-        assert_eq!(c.reserved_cpu_count, Some(2), "ceil(1.5)");
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn write(p: &Path, body: &str) {
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(p, format!("{HEAD}{body}")).unwrap();
     }
 
     #[test]
-    fn the_dropin_reads_back_as_the_same_fields() {
+    fn dropins_override_in_walk_order_maps_merge_and_null_resets() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        write(
+            &main,
+            "cpuManagerPolicy: static\nkubeReserved: {cpu: 500m}\nsystemReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions: {full-pcpus-only: \"true\", align-by-socket: \"true\"}\ntopologyManagerScope: pod\n",
+        );
+        let d = dir.path().join("conf.d");
+        write(&d.join("50-a.conf"), "topologyManagerPolicy: restricted\n");
+        write(
+            &d.join("60-b.conf"),
+            "topologyManagerPolicy: single-numa-node\ncpuManagerPolicyOptions: {strict-cpu-reservation: \"true\", align-by-socket: null}\ntopologyManagerScope: null\n",
+        );
+        // A subdirectory is walked where its name sorts: after 60-b.conf, before 90-z.conf.
+        write(
+            &d.join("7-sub/99-c.conf"),
+            "topologyManagerPolicy: best-effort\n",
+        );
+        write(&d.join("90-z.conf"), "systemReserved: {cpu: null}\n");
+        std::fs::write(d.join("70-ignored.yaml"), "cpuManagerPolicy: none\n").unwrap();
+        let names: Vec<String> = dropins(&d)
+            .unwrap()
+            .iter()
+            .map(|p| p.strip_prefix(&d).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            ["50-a.conf", "60-b.conf", "7-sub/99-c.conf", "90-z.conf"]
+        );
+        let c = read_effective(&main, Some(&d)).unwrap();
+        assert_eq!(c.cpu_manager_policy, "static");
+        assert_eq!(c.topology_manager_policy, "best-effort");
+        assert_eq!(c.topology_manager_scope, "", "null: the default again");
+        assert_eq!(
+            c.cpu_manager_policy_options.keys().collect::<Vec<_>>(),
+            ["full-pcpus-only", "strict-cpu-reservation"]
+        );
+        assert_eq!(
+            c.reserved_cpu_count,
+            Some(1),
+            "ceil(0.5): systemReserved.cpu deleted"
+        );
+        // Below nodetopo's drop-in: 50-a, 60-b and the subdirectory "7-sub" sort before it.
+        let below = read_below_dropin(&main, &d).unwrap();
+        assert_eq!(below.topology_manager_policy, "best-effort");
+        assert_eq!(below.reserved_cpu_count, Some(2), "ceil(1.5)");
+    }
+
+    #[test]
+    fn files_the_kubelet_refuses_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        write(&main, "cpuManagerPolicy: static\n");
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir(&d).unwrap();
+        let cases = [
+            ("10-bare.conf", "maxPods: 3\n", "apiVersion None, kind None"),
+            ("10-empty.conf", "", "the file is empty"),
+            (
+                "10-v1.conf",
+                "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+                "refuses to start on this file",
+            ),
+            (
+                "10-bool.conf",
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicyOptions: {full-pcpus-only: true}\n",
+                "cpuManagerPolicyOptions.full-pcpus-only is not a string",
+            ),
+        ];
+        for (name, text, want) in cases {
+            std::fs::write(d.join(name), text).unwrap();
+            let e = format!("{:#}", read_effective(&main, Some(&d)).unwrap_err());
+            assert!(e.contains(name) && e.contains(want), "{name}: {e}");
+            std::fs::remove_file(d.join(name)).unwrap();
+        }
+        let e = format!(
+            "{:#}",
+            read_effective(&main, Some(&dir.path().join("missing"))).unwrap_err()
+        );
+        assert!(
+            e.contains("kubelet drop-in directory") && e.contains("missing"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_dropin_reads_back_as_the_same_fields_and_removes_unwanted_options() {
         let mut c = OwnedConfig {
             cpu_manager_policy: "static".into(),
             reserved_system_cpus: CpuSet::parse("0-1").unwrap(),
@@ -315,16 +516,25 @@ mod tests {
         c.cpu_manager_policy_options
             .insert("full-pcpus-only".into(), "true".into());
         let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join(DROPIN_NAME);
-        std::fs::write(&f, render_dropin(&c)).unwrap();
-        assert_eq!(read_effective(&f, None).unwrap(), c);
+        let main = dir.path().join("config.yaml");
+        write(
+            &main,
+            "cpuManagerPolicy: none\ncpuManagerPolicyOptions: {align-by-socket: \"true\"}\ntopologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"true\"}\n",
+        );
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir(&d).unwrap();
+        let below = read_below_dropin(&main, &d).unwrap();
+        let text = render_dropin(&c, &below);
+        assert!(text.contains("\"align-by-socket\": null"), "{text}");
+        std::fs::write(d.join(DROPIN_NAME), &text).unwrap();
+        assert_eq!(read_effective(&main, Some(&d)).unwrap(), c);
     }
 
     #[test]
     fn a_bad_field_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("c.yaml");
-        std::fs::write(&f, "reservedSystemCPUs: \"0-\"\n").unwrap();
+        write(&f, "reservedSystemCPUs: \"0-\"\n");
         let e = read_effective(&f, None).unwrap_err().to_string();
         assert!(e.contains("reservedSystemCPUs"), "{e}");
     }
