@@ -55,68 +55,26 @@ fn string_map(v: &Value, field: &str, file: &Path) -> anyhow::Result<BTreeMap<St
     Ok(out)
 }
 
-/// Which file of the kubelet's configuration is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layer {
-    /// The `--config` file (decoded whole).
-    Config,
-    /// A drop-in (merged as a JSON merge patch).
-    DropIn,
-}
+/// The owned keys of a KubeletConfiguration: string scalars, then string maps.
+const SCALARS: [&str; 4] = [
+    "cpuManagerPolicy",
+    "reservedSystemCPUs",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+];
+const MAPS: [&str; 4] = [
+    "cpuManagerPolicyOptions",
+    "topologyManagerPolicyOptions",
+    "kubeReserved",
+    "systemReserved",
+];
 
-/// The owned fields as they build up over the files, with the reserved maps whose `cpu`
-/// entries give the reserved CPU count.
-#[derive(Debug, Default)]
-struct Layers {
-    owned: OwnedConfig,
-    kube_reserved: BTreeMap<String, String>,
-    system_reserved: BTreeMap<String, String>,
-}
-
-/// Merges the map field `field` of one file into `into` (see the module documentation).
-fn merge_map(
-    v: &Value,
-    field: &str,
+/// One configuration file as JSON, after the checks the kubelet makes on every file (not
+/// empty, a mapping, apiVersion and kind).
+fn parse_file(
+    text: &str,
     file: &Path,
-    layer: Layer,
-    into: &mut BTreeMap<String, String>,
-) -> anyhow::Result<()> {
-    let m = match v {
-        Value::Null => {
-            into.clear();
-            return Ok(());
-        }
-        Value::Mapping(m) => m,
-        _ => bail!("{}: {field} is not a map", file.display()),
-    };
-    if layer == Layer::Config {
-        into.clear();
-    }
-    for (k, v) in m {
-        let Some(k) = k.as_str() else {
-            bail!("{}: {field} has a key that is not a string", file.display());
-        };
-        match (v, layer) {
-            (Value::String(s), _) => {
-                into.insert(k.to_string(), s.clone());
-            }
-            (Value::Null, Layer::DropIn) => {
-                into.remove(k);
-            }
-            (Value::Null, Layer::Config) => {
-                into.insert(k.to_string(), String::new());
-            }
-            _ => bail!(
-                "{}: {field}.{k} is not a string (quote values such as \"true\"); the kubelet refuses the file",
-                file.display()
-            ),
-        }
-    }
-    Ok(())
-}
-
-/// The fields of one file, applied over `into`.
-fn apply(text: &str, file: &Path, layer: Layer, into: &mut Layers) -> anyhow::Result<()> {
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
     if text.trim().is_empty() {
         bail!(
             "{}: the file is empty, and the kubelet refuses an empty configuration file",
@@ -125,74 +83,158 @@ fn apply(text: &str, file: &Path, layer: Layer, into: &mut Layers) -> anyhow::Re
     }
     let doc: Value =
         serde_yaml::from_str(text).with_context(|| format!("{}: not YAML", file.display()))?;
-    let Value::Mapping(m) = &doc else {
+    let json = serde_json::to_value(&doc)
+        .with_context(|| format!("{}: not a KubeletConfiguration object", file.display()))?;
+    let serde_json::Value::Object(m) = json else {
         bail!("{}: not a KubeletConfiguration object", file.display());
     };
-    let api = m.get("apiVersion").and_then(Value::as_str);
-    let kind = m.get("kind").and_then(Value::as_str);
+    let api = m.get("apiVersion").and_then(serde_json::Value::as_str);
+    let kind = m.get("kind").and_then(serde_json::Value::as_str);
     if (api, kind) != (Some(API_VERSION), Some("KubeletConfiguration")) {
         bail!(
             "{}: apiVersion {api:?}, kind {kind:?}: the kubelet reads only apiVersion {API_VERSION}, kind KubeletConfiguration, and refuses to start on this file",
             file.display()
         );
     }
-    // A scalar: absent keeps the value so far, null is the kubelet's default (empty here).
-    let s = |key: &str| -> anyhow::Result<Option<String>> {
-        match m.get(key) {
-            None => Ok(None),
-            Some(Value::Null) => Ok(Some(String::new())),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => bail!("{}: {key} is not a string", file.display()),
-        }
-    };
-    let o = &mut into.owned;
-    if let Some(v) = s("cpuManagerPolicy")? {
-        o.cpu_manager_policy = v;
-    }
-    if let Some(v) = s("reservedSystemCPUs")? {
-        o.reserved_system_cpus = CpuSet::parse(&v)
-            .map_err(|e| anyhow::anyhow!("{}: reservedSystemCPUs {v:?}: {e}", file.display()))?;
-    }
-    if let Some(v) = s("topologyManagerPolicy")? {
-        o.topology_manager_policy = v;
-    }
-    if let Some(v) = s("topologyManagerScope")? {
-        o.topology_manager_scope = v;
-    }
-    let maps: [(&str, &mut BTreeMap<String, String>); 4] = [
-        ("cpuManagerPolicyOptions", &mut o.cpu_manager_policy_options),
-        (
-            "topologyManagerPolicyOptions",
-            &mut o.topology_manager_policy_options,
-        ),
-        ("kubeReserved", &mut into.kube_reserved),
-        ("systemReserved", &mut into.system_reserved),
-    ];
-    for (key, slot) in maps {
-        if let Some(v) = m.get(key) {
-            merge_map(v, key, file, layer, slot)?;
-        }
-    }
-    Ok(())
+    Ok(m)
 }
 
-/// The owned fields after `files` (the `--config` file first, then drop-ins in order).
-fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
-    let mut l = Layers::default();
-    apply(&read(config)?, config, Layer::Config, &mut l)?;
-    for file in dropins {
-        apply(&read(file)?, file, Layer::DropIn, &mut l)?;
+/// The owned fields of the `--config` file, decoded as the kubelet decodes it into its
+/// typed configuration: a scalar must be a string (`null`: the default), a map must map
+/// strings to strings (a `null` value decodes as the empty string). Returned as the JSON
+/// the drop-ins are merged over.
+fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
+    use serde_json::Value as J;
+    let m = parse_file(text, file)?;
+    let mut out = serde_json::Map::new();
+    for key in SCALARS {
+        match m.get(key) {
+            None | Some(J::Null) => {}
+            Some(J::String(s)) => {
+                out.insert(key.into(), J::String(s.clone()));
+            }
+            Some(_) => bail!("{}: {key} is not a string", file.display()),
+        }
     }
-    let mut out = l.owned;
+    for key in MAPS {
+        match m.get(key) {
+            None | Some(J::Null) => {}
+            Some(J::Object(entries)) => {
+                let mut map = serde_json::Map::new();
+                for (k, v) in entries {
+                    let v = match v {
+                        J::String(s) => s.clone(),
+                        J::Null => String::new(),
+                        _ => bail!(
+                            "{}: {key}.{k} is not a string (quote values such as \"true\"); the kubelet refuses the file",
+                            file.display()
+                        ),
+                    };
+                    map.insert(k.clone(), J::String(v));
+                }
+                out.insert(key.into(), J::Object(map));
+            }
+            Some(_) => bail!("{}: {key} is not a map", file.display()),
+        }
+    }
+    Ok(J::Object(out))
+}
+
+/// RFC 7386 JSON merge patch, as the kubelet applies each drop-in: an object patches key by
+/// key (`null` deletes), anything else replaces.
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value as J;
+    let J::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = J::Object(serde_json::Map::new());
+    }
+    if let J::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(J::Null), v);
+            }
+        }
+    }
+}
+
+/// The owned fields after `files` (the `--config` file first, then drop-ins in order): the
+/// drop-ins are merged as JSON and the result decoded once at the end, as the kubelet does,
+/// so a value a later drop-in replaces is never type-checked. An owned field of the wrong
+/// type names the last file that set it.
+fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
+    use serde_json::Value as J;
+    let mut merged = config_layer(&read(config)?, config)?;
+    let mut layers = Vec::new();
+    for file in dropins {
+        let m = parse_file(&read(file)?, file)?;
+        merge_patch(&mut merged, &J::Object(m.clone()));
+        layers.push((file, m));
+    }
+    let last_set = |key: &str| {
+        layers
+            .iter()
+            .rev()
+            .find(|(_, m)| m.contains_key(key))
+            .map_or(config, |(f, _)| f.as_path())
+            .display()
+            .to_string()
+    };
+    let scalar = |key: &str| -> anyhow::Result<String> {
+        match merged.get(key) {
+            None | Some(J::Null) => Ok(String::new()),
+            Some(J::String(s)) => Ok(s.clone()),
+            Some(_) => bail!(
+                "{key} is not a string (last set in {}); the kubelet refuses the merged configuration",
+                last_set(key)
+            ),
+        }
+    };
+    let map = |key: &str| -> anyhow::Result<BTreeMap<String, String>> {
+        match merged.get(key) {
+            None | Some(J::Null) => Ok(BTreeMap::new()),
+            Some(J::Object(entries)) => entries
+                .iter()
+                .map(|(k, v)| match v {
+                    J::String(s) => Ok((k.clone(), s.clone())),
+                    _ => bail!(
+                        "{key}.{k} is not a string (quote values such as \"true\"; last set in {}); the kubelet refuses the merged configuration",
+                        last_set(key)
+                    ),
+                })
+                .collect(),
+            Some(_) => bail!(
+                "{key} is not a map (last set in {}); the kubelet refuses the merged configuration",
+                last_set(key)
+            ),
+        }
+    };
+    let reserved = scalar("reservedSystemCPUs")?;
+    let mut out = OwnedConfig {
+        cpu_manager_policy: scalar("cpuManagerPolicy")?,
+        cpu_manager_policy_options: map("cpuManagerPolicyOptions")?,
+        reserved_system_cpus: CpuSet::parse(&reserved).map_err(|e| {
+            anyhow::anyhow!(
+                "reservedSystemCPUs {reserved:?} (last set in {}): {e}",
+                last_set("reservedSystemCPUs")
+            )
+        })?,
+        reserved_cpu_count: None,
+        topology_manager_policy: scalar("topologyManagerPolicy")?,
+        topology_manager_scope: scalar("topologyManagerScope")?,
+        topology_manager_policy_options: map("topologyManagerPolicyOptions")?,
+    };
     if out.reserved_system_cpus.is_empty() {
         let mut millis = 0;
-        for (key, m) in [
-            ("kubeReserved", &l.kube_reserved),
-            ("systemReserved", &l.system_reserved),
-        ] {
-            if let Some(cpu) = m.get("cpu") {
-                millis += quantity::parse_millis(cpu)
-                    .map_err(|e| anyhow::anyhow!("{key}.cpu {cpu:?}: {e}"))?;
+        for key in ["kubeReserved", "systemReserved"] {
+            if let Some(cpu) = map(key)?.get("cpu") {
+                millis += quantity::parse_millis(cpu).map_err(|e| {
+                    anyhow::anyhow!("{key}.cpu {cpu:?} (last set in {}): {e}", last_set(key))
+                })?;
             }
         }
         if millis > 0 {

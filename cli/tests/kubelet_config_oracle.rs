@@ -1,0 +1,479 @@
+//! nodetopo's reading of the kubelet's configuration (`--config` file plus the KEP-3983
+//! drop-in directory) against the kubelet's own code: `e2e/kubelet-config-oracle` (Go,
+//! k8s.io/kubernetes v1.37.2 pinned) runs the kubelet's `loadConfigFile` and
+//! `mergeKubeletConfigurations` and its configuration validation on the same files.
+//!
+//! Random cases (`NODETOPO_CONFIG_ORACLE_CASES`, default 1,500; `NODETOPO_CONFIG_ORACLE_SEED`):
+//! a config file and up to five drop-ins (top level and in subdirectories, some not ending
+//! in `.conf`) setting, resetting (`null`) and merging the owned fields, sometimes with a
+//! file the kubelet refuses (no apiVersion/kind, another apiVersion, empty, a non-string
+//! option value). In about half of them nodetopo's own drop-in, rendered for a random wanted
+//! configuration over what the earlier files set, is `90-nodetopo.conf`. Checked:
+//! - the kubelet refuses exactly the cases nodetopo's reader refuses;
+//! - where both read the files, the owned fields are equal (defaults applied);
+//! - where nodetopo's drop-in was written and no later file sets an owned field, the
+//!   kubelet's fields are exactly the wanted ones (options an earlier file set are gone).
+//!
+//! Skips, saying why, when Go is missing, unless `NODETOPO_REQUIRE_ORACLE=1`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nodetopo_cli::diff::kubelet::{read_below_dropin, read_effective, render_dropin, DROPIN_NAME};
+use nodetopo_engine::change::OwnedConfig;
+use nodetopo_engine::{quantity, CpuSet};
+use serde::Deserialize;
+
+const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // SplitMix64.
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len())]
+    }
+}
+
+const CPU_OPTIONS: [&str; 4] = [
+    "full-pcpus-only",
+    "distribute-cpus-across-numa",
+    "align-by-socket",
+    "strict-cpu-reservation",
+];
+const TM_OPTIONS: [&str; 2] = ["prefer-closest-numa-nodes", "max-allowable-numa-nodes"];
+
+/// One owned field as a YAML line (or lines), chosen at random: set, reset (`null`), or
+/// for maps, merged with some keys set and some deleted.
+fn random_fields(r: &mut Rng, config_file: bool) -> String {
+    let mut out = String::new();
+    if r.chance(50) {
+        let v = r.pick(&["static", "none", "null"]);
+        out.push_str(&format!("cpuManagerPolicy: {v}\n"));
+    }
+    if r.chance(40) {
+        let v = r.pick(&["\"0,32\"", "\"0-1,32-33\"", "\"0-3\"", "null", "\"\""]);
+        out.push_str(&format!("reservedSystemCPUs: {v}\n"));
+    }
+    if r.chance(40) {
+        let v = r.pick(&[
+            "none",
+            "best-effort",
+            "restricted",
+            "single-numa-node",
+            "null",
+        ]);
+        out.push_str(&format!("topologyManagerPolicy: {v}\n"));
+    }
+    if r.chance(30) {
+        let v = r.pick(&["container", "pod", "null"]);
+        out.push_str(&format!("topologyManagerScope: {v}\n"));
+    }
+    let map = |r: &mut Rng, out: &mut String, key: &str, names: &[&str], values: &[&str]| {
+        if r.chance(15) {
+            out.push_str(&format!("{key}: null\n"));
+            return;
+        }
+        out.push_str(&format!("{key}:\n"));
+        let n = 1 + r.below(names.len());
+        for name in names.iter().take(n) {
+            let v = if r.chance(25) { "null" } else { r.pick(values) };
+            out.push_str(&format!("  {name}: {v}\n"));
+        }
+    };
+    if r.chance(40) {
+        map(
+            r,
+            &mut out,
+            "cpuManagerPolicyOptions",
+            &CPU_OPTIONS,
+            &["\"true\"", "\"false\""],
+        );
+    }
+    if r.chance(25) {
+        let opts = ["prefer-closest-numa-nodes"];
+        map(
+            r,
+            &mut out,
+            "topologyManagerPolicyOptions",
+            &opts,
+            &["\"true\"", "\"false\""],
+        );
+    }
+    // In the --config file a null map value decodes as "", which is no CPU quantity: the
+    // kubelet fails on it later than the configuration loading asked here, so the config
+    // file gets plain values.
+    if r.chance(25) {
+        let key = r.pick(&["kubeReserved", "systemReserved"]);
+        let values = ["\"500m\"", "\"1\"", "\"1500m\""];
+        if config_file {
+            out.push_str(&format!("{key}:\n  cpu: {}\n", r.pick(&values)));
+        } else {
+            map(r, &mut out, key, &["cpu", "memory"], &values);
+        }
+    }
+    out
+}
+
+/// What makes the kubelet refuse a drop-in, and what nodetopo must say about it.
+const FAULTS: [(&str, &str); 4] = [
+    ("no apiVersion/kind", "maxPods: 110\n"),
+    (
+        "another apiVersion",
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+    ),
+    ("empty file", ""),
+    (
+        "a boolean option value",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicyOptions:\n  full-pcpus-only: true\n",
+    ),
+];
+
+/// A random wanted configuration (what a policy asks for; the reserved set explicit).
+fn random_wanted(r: &mut Rng) -> OwnedConfig {
+    let mut c = OwnedConfig {
+        cpu_manager_policy: r.pick(&["static", "none"]).into(),
+        topology_manager_policy: r
+            .pick(&["none", "best-effort", "restricted", "single-numa-node"])
+            .into(),
+        topology_manager_scope: r.pick(&["container", "pod"]).into(),
+        ..Default::default()
+    };
+    if c.cpu_manager_policy == "static" {
+        c.reserved_system_cpus =
+            CpuSet::parse(r.pick(&["0,32", "0-1,32-33", "0-3"])).expect("cpus");
+        for o in CPU_OPTIONS {
+            if r.chance(30) {
+                c.cpu_manager_policy_options.insert(o.into(), "true".into());
+            }
+        }
+    }
+    if r.chance(30) {
+        c.topology_manager_policy_options
+            .insert(TM_OPTIONS[0].into(), "true".into());
+    }
+    c
+}
+
+struct Case {
+    dir: tempfile::TempDir,
+    fault: Option<&'static str>,
+    /// The wanted configuration when nodetopo's drop-in was written, and whether a file
+    /// after it sets an owned field.
+    ours: Option<(OwnedConfig, bool)>,
+}
+
+impl Case {
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+    fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("conf.d")
+    }
+}
+
+const NAMES: [&str; 10] = [
+    "10-site.conf",
+    "50-b.conf",
+    "80-c.conf",
+    "0-sub/30-f.conf",
+    "99-late.conf",
+    "a-sub/20-c.conf",
+    "z-sub/05-d.conf",
+    "z-sub/deeper/01-e.conf",
+    "60-skip.conf.bak",
+    "70-skip.yaml",
+];
+
+fn write(path: &Path, text: &str) {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    std::fs::write(path, text).expect("write");
+}
+
+/// Whether a file with `text` sets one of the owned fields.
+fn sets_owned(text: &str) -> bool {
+    [
+        "cpuManagerPolicy",
+        "reservedSystemCPUs",
+        "topologyManager",
+        "kubeReserved",
+        "systemReserved",
+    ]
+    .iter()
+    .any(|k| text.contains(k))
+}
+
+fn random_case(r: &mut Rng) -> Case {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let case_dir = dir.path().join("conf.d");
+    std::fs::create_dir_all(&case_dir).expect("conf.d");
+    write(
+        &dir.path().join("config.yaml"),
+        &format!("{HEAD}{}", random_fields(r, true)),
+    );
+    let mut files: BTreeMap<&str, String> = BTreeMap::new();
+    for _ in 0..r.below(6) {
+        files.insert(r.pick(&NAMES), format!("{HEAD}{}", random_fields(r, false)));
+    }
+    let fault = if r.chance(10) {
+        let (what, text) = FAULTS[r.below(FAULTS.len())];
+        files.insert(r.pick(&NAMES[..8]), text.to_string());
+        Some(what)
+    } else {
+        None
+    };
+    for (name, text) in &files {
+        write(&case_dir.join(name), text);
+    }
+    let mut case = Case {
+        dir,
+        fault,
+        ours: None,
+    };
+    if fault.is_none() && r.chance(50) {
+        let wanted = random_wanted(r);
+        if let Ok(below) = read_below_dropin(&case.config(), &case.config_dir()) {
+            write(&case_dir.join(DROPIN_NAME), &render_dropin(&wanted, &below));
+            // In walk order, after 90-nodetopo.conf: what sorts after it at the top level
+            // (99-late.conf and both subdirectories).
+            let later = files.iter().any(|(name, text)| {
+                let top = name.split('/').next().unwrap_or(name);
+                top.as_bytes() > DROPIN_NAME.as_bytes()
+                    && name.ends_with(".conf")
+                    && sets_owned(text)
+            });
+            case.ours = Some((wanted, later));
+        }
+    }
+    case
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Owned {
+    cpu_manager_policy: String,
+    cpu_manager_policy_options: Option<BTreeMap<String, String>>,
+    #[serde(rename = "reservedSystemCPUs")]
+    reserved_system_cpus: String,
+    topology_manager_policy: String,
+    topology_manager_scope: String,
+    topology_manager_policy_options: Option<BTreeMap<String, String>>,
+    kube_reserved_cpu: String,
+    system_reserved_cpu: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Answer {
+    ok: bool,
+    owned: Option<Owned>,
+    #[serde(default)]
+    error: String,
+}
+
+/// The kubelet's answer in nodetopo's shape (defaults as the kubelet applied them).
+fn kubelet_owned(o: &Owned) -> OwnedConfig {
+    let mut c = OwnedConfig {
+        cpu_manager_policy: o.cpu_manager_policy.clone(),
+        cpu_manager_policy_options: o.cpu_manager_policy_options.clone().unwrap_or_default(),
+        reserved_system_cpus: CpuSet::parse(&o.reserved_system_cpus).expect("kubelet's cpus"),
+        topology_manager_policy: o.topology_manager_policy.clone(),
+        topology_manager_scope: o.topology_manager_scope.clone(),
+        topology_manager_policy_options: o
+            .topology_manager_policy_options
+            .clone()
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    if c.reserved_system_cpus.is_empty() {
+        let millis: u64 = [&o.kube_reserved_cpu, &o.system_reserved_cpu]
+            .iter()
+            .filter(|q| !q.is_empty())
+            .map(|q| quantity::parse_millis(q).expect("kubelet's quantity"))
+            .sum();
+        if millis > 0 {
+            c.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
+        }
+    }
+    c.normalized()
+}
+
+fn oracle_or_skip() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(root.join("e2e/kubelet-config-oracle/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running e2e/kubelet-config-oracle/build.sh");
+    if out.status.code() == Some(127) {
+        if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
+            panic!("NODETOPO_REQUIRE_ORACLE=1 but go is not installed to build the kubelet configuration oracle");
+        }
+        eprintln!("SKIP kubelet configuration oracle: go is not installed");
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "building the kubelet configuration oracle failed"
+    );
+    Some(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
+}
+
+fn ask(bin: &Path, cases: &[Case]) -> Vec<Answer> {
+    let mut child = Command::new(bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting the kubelet configuration oracle");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let lines: Vec<String> = cases
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "config": c.config(),
+                "configDir": c.config_dir(),
+            })
+            .to_string()
+        })
+        .collect();
+    let writer = std::thread::spawn(move || {
+        for l in lines {
+            writeln!(stdin, "{l}").expect("writing to the oracle");
+        }
+    });
+    let answers: Vec<Answer> = BufReader::new(child.stdout.take().expect("stdout"))
+        .lines()
+        .take(cases.len())
+        .map(|l| serde_json::from_str(&l.expect("reading the oracle")).expect("answer"))
+        .collect();
+    writer.join().expect("writer");
+    let _ = child.wait();
+    answers
+}
+
+#[test]
+fn config_reading_agrees_with_the_kubelet() {
+    let Some(bin) = oracle_or_skip() else {
+        return;
+    };
+    let n: usize = std::env::var("NODETOPO_CONFIG_ORACLE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    let seed: u64 = std::env::var("NODETOPO_CONFIG_ORACLE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    println!("kubelet configuration oracle: {n} cases, seed {seed} (NODETOPO_CONFIG_ORACLE_SEED)");
+    let mut r = Rng(seed);
+    let cases: Vec<Case> = (0..n).map(|_| random_case(&mut r)).collect();
+    let answers = ask(&bin, &cases);
+    assert_eq!(answers.len(), n, "the oracle answered every case");
+    let (mut both_read, mut both_refused, mut ours_exact, mut ours_overridden) = (0, 0, 0, 0);
+    let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, (case, answer)) in cases.iter().zip(&answers).enumerate() {
+        let files = || {
+            let mut s = format!(
+                "case {i} (seed {seed}):\n--- config.yaml\n{}",
+                std::fs::read_to_string(case.config()).unwrap_or_default()
+            );
+            if let Ok(list) = nodetopo_cli::diff::kubelet::dropins(&case.config_dir()) {
+                for f in list {
+                    s.push_str(&format!(
+                        "--- {}\n{}",
+                        f.strip_prefix(case.config_dir()).unwrap_or(&f).display(),
+                        std::fs::read_to_string(&f).unwrap_or_default()
+                    ));
+                }
+            }
+            s
+        };
+        let ours = read_effective(&case.config(), Some(&case.config_dir()));
+        match (&ours, answer.ok) {
+            (Ok(ours), true) => {
+                let kubelet = kubelet_owned(answer.owned.as_ref().expect("owned"));
+                assert_eq!(
+                    ours.normalized(),
+                    kubelet,
+                    "owned fields differ\n{}",
+                    files()
+                );
+                both_read += 1;
+                if let Some((wanted, later)) = &case.ours {
+                    if *later {
+                        ours_overridden += 1;
+                    } else {
+                        // The reserved count from kubeReserved/systemReserved (fields
+                        // nodetopo does not own) is unused: a static drop-in states its
+                        // reserved set explicitly, and policy none reserves nothing.
+                        let (mut k, mut w) = (kubelet.clone(), wanted.normalized());
+                        k.reserved_cpu_count = None;
+                        w.reserved_cpu_count = None;
+                        assert_eq!(
+                            k,
+                            w,
+                            "nodetopo's drop-in did not give the wanted fields\n{}",
+                            files()
+                        );
+                        ours_exact += 1;
+                    }
+                }
+            }
+            (Err(_), false) => {
+                both_refused += 1;
+                if let Some(f) = case.fault {
+                    *faults.entry(f).or_default() += 1;
+                }
+            }
+            (Ok(_), false) => panic!(
+                "the kubelet refuses what nodetopo reads: {}\n{}",
+                answer.error,
+                files()
+            ),
+            (Err(e), true) => panic!(
+                "nodetopo refuses what the kubelet reads: {e:#}\n{}",
+                files()
+            ),
+        }
+        // A planted fault is refused unless a later drop-in replaces the bad value before
+        // the kubelet decodes the merged result (a planted boolean option overridden by a
+        // string one); nothing unplanted is refused.
+        if !answer.ok {
+            assert!(
+                case.fault.is_some(),
+                "refused without a planted fault: {}\n{}",
+                answer.error,
+                files()
+            );
+        }
+    }
+    println!(
+        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields equal), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
+        ours_exact + ours_overridden
+    );
+    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10);
+}
