@@ -1,0 +1,520 @@
+//! `nodetopo-agent apply` against a REAL kubelet: k8s.io/kubernetes v1.37.2's kubelet
+//! (`e2e/kubelet-standalone`, built by its build.sh) runs standalone (no API server) with a
+//! fake CRI runtime in the same process, started and stopped by shell hooks handed to
+//! `apply --restart command`. Both sides see this machine: the kubelet through cadvisor,
+//! nodetopo through the default sysfs (/sys), no preset.
+//!
+//! The kubelet runs in a private mount namespace (`unshare --mount`) in which the six kernel
+//! tunables its container manager sets at start (vm/overcommit_memory, kernel/panic, ...) are
+//! bind-mounted from files already holding the wanted values, so it changes nothing on the
+//! host, and /var/lib and /var/log are empty tmpfs mounts, so what the kubelet writes to its
+//! hard-coded paths there (device-plugins/, pki/, /var/log/containers) stays out of the host;
+//! its pod logs and volume plugin directories are in the test's directory.
+//!
+//! Steps, on one kubelet (static policy, reservedSystemCPUs "0"):
+//! 1. RestartOnly (topology manager best-effort): the kubelet restarted, logs the new
+//!    effective configuration, its state is kept.
+//! 2. RewriteState (strict-cpu-reservation): the kubelet stopped, the state rewritten, the
+//!    kubelet started, accepts the state (CPU 0 out of the shared pool) and stays up.
+//! 3. The same policy again: NoChange, no restart.
+//! 4. Control: the state as it was before the rewrite (the backup) under the new
+//!    configuration makes the real kubelet refuse to start, so the rewrite was needed.
+//! 5. A policy the kubelet refuses (an alpha CPU manager option, whose feature gate is off by
+//!    default; nodetopo does not model feature gates): the start fails, apply rolls back and
+//!    the kubelet runs again on the previous drop-in.
+//!
+//! Skips, printing why, when go is missing, when not root, without `unshare`, or with fewer
+//! than 2 online CPUs, unless NODETOPO_REQUIRE_ORACLE=1.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
+
+/// The log line the kubelet prints right after its container manager (CPU manager included)
+/// started: `kl.evictionManager.Start` follows `kl.containerManager.Start` in
+/// `initializeRuntimeDependentModules`, which exits the process when the latter fails.
+const STARTED_MARK: &str = "Eviction manager: starting control loop";
+
+fn required() -> bool {
+    std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1")
+}
+
+fn skip(why: &str) -> Option<PathBuf> {
+    if required() {
+        panic!("NODETOPO_REQUIRE_ORACLE=1 but the real kubelet test cannot run: {why}");
+    }
+    eprintln!("SKIP real kubelet: {why}");
+    None
+}
+
+/// The kubelet-standalone binary, or `None` (skip) with the reason printed.
+fn kubelet_or_skip() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .expect("running id -u");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return skip("not root (the kubelet needs root)");
+    }
+    if Command::new("unshare")
+        .arg("--help")
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        return skip("unshare (util-linux) is not installed");
+    }
+    if Command::new("curl")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        return skip("curl is not installed");
+    }
+    if online_cpus().len() < 2 {
+        return skip("fewer than 2 online CPUs (one is reserved, one must stay shared)");
+    }
+    let out = Command::new("bash")
+        .arg(root.join("e2e/kubelet-standalone/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running e2e/kubelet-standalone/build.sh");
+    if out.status.code() == Some(127) {
+        return skip("go is not installed");
+    }
+    assert!(out.status.success(), "building kubelet-standalone failed");
+    Some(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
+}
+
+/// This machine's online CPUs, from /sys/devices/system/cpu/online ("0-3,8").
+fn online_cpus() -> Vec<u32> {
+    let text = fs::read_to_string("/sys/devices/system/cpu/online").expect("reading online");
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// A CPU list as the kubelet prints a cpuset ("0-1,4").
+fn cpuset(cpus: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+const KUBELET_HEAD: &str =
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+/// A kubelet directory: config.yaml, conf.d/, root/ (--root-dir, holds cpu_manager_state),
+/// the hooks, one log per start (kubelet.<n>.log) and the pid file.
+struct RealKubelet {
+    dir: tempfile::TempDir,
+}
+
+impl RealKubelet {
+    fn new(bin: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        for sub in ["conf.d", "root", "pod-logs", "volume-plugins", "sysctl"] {
+            fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let port = free_port();
+        fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "{KUBELET_HEAD}\
+failSwapOn: false
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: [\"none\"]
+enableServer: false
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: {port}
+podLogsDir: {d}/pod-logs
+volumePluginDir: {d}/volume-plugins
+containerRuntimeEndpoint: unix://{d}/cri.sock
+authentication:
+  anonymous: {{enabled: true}}
+  webhook: {{enabled: false}}
+authorization:
+  mode: AlwaysAllow
+cpuManagerPolicy: static
+reservedSystemCPUs: \"0\"
+"
+            ),
+        )
+        .unwrap();
+        // Inside the private mount namespace: empty /var/lib and /var/log (the kubelet's
+        // hard-coded /var/lib/kubelet/device-plugins, its --cert-dir default
+        // /var/lib/kubelet/pki and /var/log/containers), the kernel tunables the container
+        // manager wants (setupKernelTunables) read from files holding those values, then the
+        // kubelet.
+        fs::write(
+            dir.path().join("in-namespace.sh"),
+            format!(
+                "set -eu
+for d in /var/lib /var/log; do mount -t tmpfs nodetopo-test \"$d\"; done
+for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \\
+          kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+    k=${{kv%%=*}}; f='{d}/sysctl/'$(echo \"$k\" | tr / _)
+    echo \"${{kv#*=}}\" >\"$f\"
+    mount --bind \"$f\" \"/proc/sys/$k\"
+done
+exec '{bin}' --fake-cri-socket '{d}/cri.sock' -- --config '{d}/config.yaml' \\
+    --config-dir '{d}/conf.d' --root-dir '{d}/root' --v=2
+",
+                bin = bin.display()
+            ),
+        )
+        .unwrap();
+        // alive PID: running and not a zombie (the started kubelet is re-parented).
+        let alive = "alive() { [ -r /proc/$1/stat ] && [ \"$(sed 's/.*) //' /proc/$1/stat | cut -d' ' -f1)\" != Z ]; }";
+        fs::write(
+            dir.path().join("start.sh"),
+            format!(
+                "set -u
+{alive}
+n=$(( $(cat '{d}/runs' 2>/dev/null || echo 0) + 1 )); echo $n >'{d}/runs'
+log='{d}/kubelet.'$n'.log'
+unshare --mount --propagation private bash '{d}/in-namespace.sh' </dev/null >\"$log\" 2>&1 &
+pid=$!
+echo $pid >'{d}/kubelet.pid'
+for _ in $(seq 600); do
+    if ! alive $pid; then
+        wait $pid; rc=$?
+        rm -f '{d}/kubelet.pid'
+        echo \"kubelet (start $n) exited with $rc while starting: $(grep -E '^[EF][0-9]' \"$log\" | tail -n 3)\" >&2
+        exit 1
+    fi
+    if grep -q '{STARTED_MARK}' \"$log\" && curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null; then
+        exit 0
+    fi
+    sleep 0.1
+done
+echo \"kubelet (start $n) not started within 60 s\" >&2
+exit 1
+"
+            ),
+        )
+        .unwrap();
+        fs::write(
+            dir.path().join("stop.sh"),
+            format!(
+                "set -u
+{alive}
+[ -f '{d}/kubelet.pid' ] || exit 0
+pid=$(cat '{d}/kubelet.pid')
+kill -TERM $pid 2>/dev/null
+for _ in $(seq 300); do alive $pid || {{ rm -f '{d}/kubelet.pid'; exit 0; }}; sleep 0.1; done
+kill -KILL $pid 2>/dev/null
+for _ in $(seq 50); do alive $pid || {{ rm -f '{d}/kubelet.pid'; exit 0; }}; sleep 0.1; done
+echo \"kubelet $pid did not stop\" >&2
+exit 1
+"
+            ),
+        )
+        .unwrap();
+        fs::write(
+            dir.path().join("health.sh"),
+            format!(
+                "set -u
+{alive}
+[ -f '{d}/kubelet.pid' ] || {{ echo 'kubelet not running (no pid file)' >&2; exit 1; }}
+alive $(cat '{d}/kubelet.pid') || {{ echo 'kubelet process gone' >&2; exit 1; }}
+curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null || {{ echo 'healthz not ok' >&2; exit 1; }}
+"
+            ),
+        )
+        .unwrap();
+        RealKubelet { dir }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn hook(&self, name: &str) -> String {
+        format!("bash {}", self.p(name).display())
+    }
+
+    fn run_hook(&self, name: &str) -> Output {
+        Command::new("bash").arg(self.p(name)).output().unwrap()
+    }
+
+    /// How many times the kubelet was started.
+    fn starts(&self) -> u32 {
+        fs::read_to_string(self.p("runs"))
+            .map(|s| s.trim().parse().unwrap())
+            .unwrap_or(0)
+    }
+
+    fn log(&self, start: u32) -> String {
+        fs::read_to_string(self.p(&format!("kubelet.{start}.log"))).unwrap()
+    }
+
+    fn running(&self) -> bool {
+        self.run_hook("health.sh").status.success()
+    }
+
+    /// The owned fields of the "Effective KubeletConfiguration" the kubelet logged at start
+    /// number `start` (klog prints the YAML indented by a tab after `config=<`).
+    fn effective(&self, start: u32) -> serde_yaml::Value {
+        let log = self.log(start);
+        let mut lines = log
+            .lines()
+            .skip_while(|l| !l.contains("\"Effective KubeletConfiguration\" config=<"));
+        assert!(lines.next().is_some(), "start {start}: no effective config");
+        let yaml: String = lines
+            .map_while(|l| l.strip_prefix('\t'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        serde_yaml::from_str(&yaml).unwrap()
+    }
+
+    fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(&fs::read(self.p("root/cpu_manager_state")).unwrap()).unwrap()
+    }
+
+    fn policy(&self, name: &str, cpu_options: &str, topology: &str) -> PathBuf {
+        let path = self.p(&format!("policy-{name}.yaml"));
+        fs::write(
+            &path,
+            format!(
+                "apiVersion: nodetopo.io/v1alpha1
+kind: NodeResourcePolicy
+metadata: {{name: {name}}}
+spec:
+  cpuManager:
+    policy: static
+    reservedSystemCPUs: \"0\"
+    options: {{{cpu_options}}}
+  topologyManager: {{policy: {topology}}}
+"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// `nodetopo-agent apply` with the hooks, this machine's sysfs and no pods.
+    fn apply(&self, policy: &Path) -> (Output, serde_json::Value, f64) {
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .arg("apply")
+            .arg("--kubelet-config")
+            .arg(self.p("config.yaml"))
+            .arg("--kubelet-config-dir")
+            .arg(self.p("conf.d"))
+            .arg("--state")
+            .arg(self.p("root/cpu_manager_state"))
+            .arg("--policy")
+            .arg(policy)
+            .args(["--restart", "command"])
+            .args(["--stop-command", &self.hook("stop.sh")])
+            .args(["--start-command", &self.hook("start.sh")])
+            .args(["--health-command", &self.hook("health.sh")])
+            .output()
+            .unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{}: no JSON report; exit {}, stderr: {}",
+                policy.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, v, secs)
+    }
+}
+
+impl Drop for RealKubelet {
+    fn drop(&mut self) {
+        let _ = self.run_hook("stop.sh");
+    }
+}
+
+fn owned(v: &serde_yaml::Value, key: &str) -> String {
+    serde_yaml::to_string(&v[key]).unwrap().trim().to_string()
+}
+
+#[test]
+fn apply_on_a_real_kubelet() {
+    let Some(bin) = kubelet_or_skip() else { return };
+    let cpus = online_cpus();
+    let all = cpuset(&cpus);
+    let shared_strict = cpuset(&cpus.iter().copied().filter(|&c| c != 0).collect::<Vec<_>>());
+    let k = RealKubelet::new(&bin);
+    let mut checks = 0;
+
+    // The node's kubelet before nodetopo: static, CPU 0 reserved, an empty drop-in directory.
+    let t = Instant::now();
+    let out = k.run_hook("start.sh");
+    assert!(
+        out.status.success(),
+        "the kubelet did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "real kubelet: first start in {:.1} s, {} online CPUs ({all})",
+        t.elapsed().as_secs_f64(),
+        cpus.len()
+    );
+    let s = k.state();
+    assert_eq!(s["policyName"], "static");
+    assert_eq!(s["defaultCpuSet"], all.as_str());
+    let eff = k.effective(1);
+    assert_eq!(owned(&eff, "topologyManagerPolicy"), "none");
+    checks += 3;
+
+    // 1. RestartOnly: the topology manager policy.
+    let restart = k.policy("restart", "", "best-effort");
+    let state_before = fs::read(k.p("root/cpu_manager_state")).unwrap();
+    let (out, v, secs) = k.apply(&restart);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "RestartOnly", "{v:#}");
+    println!("RestartOnly applied in {secs:.1} s: {}", v["message"]);
+    assert_eq!(k.starts(), 2, "one restart");
+    assert!(k.running());
+    let eff = k.effective(2);
+    assert_eq!(owned(&eff, "topologyManagerPolicy"), "best-effort");
+    assert_eq!(owned(&eff, "cpuManagerPolicy"), "static");
+    assert_eq!(owned(&eff, "reservedSystemCPUs"), "'0'");
+    assert_eq!(
+        fs::read(k.p("root/cpu_manager_state")).unwrap(),
+        state_before,
+        "the kubelet kept its state"
+    );
+    assert!(k.p("conf.d/90-nodetopo.conf").exists());
+    checks += 7;
+
+    // 2. RewriteState: strict-cpu-reservation takes CPU 0 out of the shared pool.
+    let strict = k.policy("strict", "strict-cpu-reservation: \"true\"", "best-effort");
+    let (out, v, secs) = k.apply(&strict);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "StateRewritten", "{v:#}");
+    println!("RewriteState applied in {secs:.1} s: {}", v["message"]);
+    assert_eq!(k.starts(), 3, "stopped, then started once");
+    assert!(k.running());
+    let eff = k.effective(3);
+    assert_eq!(
+        owned(&eff, "cpuManagerPolicyOptions"),
+        "strict-cpu-reservation: 'true'"
+    );
+    assert_eq!(owned(&eff, "topologyManagerPolicy"), "best-effort");
+    let s = k.state();
+    assert_eq!(s["policyName"], "static");
+    assert_eq!(s["defaultCpuSet"], shared_strict.as_str());
+    // The kubelet loaded the rewritten checkpoint (v4, its own format) and kept its pool.
+    let log = k.log(3);
+    assert!(
+        log.contains(&format!("\"Updated default CPUSet\" logger=\"CPUManager state checkpoint.CPUManager state memory\" cpuSet=\"{shared_strict}\"")),
+        "the kubelet did not load the shared pool {shared_strict}"
+    );
+    assert!(!log.contains("Static policy initialized"), "re-initialised");
+    checks += 8;
+
+    // 3. Again: nothing to do, no restart.
+    let (out, v, _) = k.apply(&strict);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "NoChange", "{v:#}");
+    assert_eq!(k.starts(), 3);
+    assert!(k.running());
+    checks += 3;
+
+    // 4. Control: the state before the rewrite (apply's backup) under the new configuration
+    // is refused by the kubelet, so the rewrite was needed.
+    let rewritten = fs::read(k.p("root/cpu_manager_state")).unwrap();
+    assert!(k.run_hook("stop.sh").status.success());
+    fs::copy(
+        k.p("root/cpu_manager_state.nodetopo-backup"),
+        k.p("root/cpu_manager_state"),
+    )
+    .unwrap();
+    let out = k.run_hook("start.sh");
+    assert!(!out.status.success(), "the kubelet accepted the old state");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("some of strictly reserved cpus"),
+        "refusal reason: {err}"
+    );
+    println!(
+        "control, old state under strict reservation: {}",
+        err.trim()
+    );
+    fs::write(k.p("root/cpu_manager_state"), &rewritten).unwrap();
+    assert!(k.run_hook("start.sh").status.success());
+    assert_eq!(k.starts(), 5);
+    checks += 3;
+
+    // 5. A policy nodetopo accepts and the kubelet refuses (an alpha option with its gate
+    // off): the start fails, everything is rolled back, the kubelet runs again.
+    let dropin = fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap();
+    let alpha = k.policy(
+        "alpha",
+        "strict-cpu-reservation: \"true\", distribute-cpus-across-cores: \"true\"",
+        "best-effort",
+    );
+    let (out, v, secs) = k.apply(&alpha);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["reason"], "Failed", "{v:#}");
+    let msg = v["message"].as_str().unwrap();
+    println!("refused policy rolled back in {secs:.1} s: {msg}");
+    for want in [
+        "restarting the kubelet failed",
+        "Alpha-level Options not enabled",
+        "restored",
+    ] {
+        assert!(msg.contains(want), "{want:?} in {msg}");
+    }
+    assert_eq!(k.starts(), 7, "the refused start, then the rollback's");
+    assert!(k.running(), "the kubelet runs again after the rollback");
+    assert_eq!(fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap(), dropin);
+    assert_eq!(fs::read(k.p("root/cpu_manager_state")).unwrap(), rewritten);
+    let eff = k.effective(7);
+    assert_eq!(
+        owned(&eff, "cpuManagerPolicyOptions"),
+        "strict-cpu-reservation: 'true'"
+    );
+    checks += 8;
+
+    println!(
+        "real kubelet: {checks} checks over 5 applies and {} kubelet starts",
+        k.starts()
+    );
+}
