@@ -137,6 +137,7 @@ render no-kubelet-state --set agent.kubeletStateDir=
 # The kubelet's PodResources socket: on with nrt.enabled (all-features) or
 # agent.readPodResources alone; never with agent.podResourcesSocket empty.
 render podresources-only --set agent.readPodResources=true
+render podresources-off --set agent.readPodResources=false
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
 render actuation-private --set agent.actuation.enabled=true --set agent.actuation.systemdBus=private
@@ -648,11 +649,13 @@ else
 fi
 
 # The PodResources socket's directory is mounted (and the agent runs as uid 0) exactly with
-# nrt.enabled or agent.readPodResources, and never with agent.podResourcesSocket empty.
+# nrt.enabled or agent.readPodResources (on by default), and never with
+# agent.podResourcesSocket empty; with agent.readPodResources=false the agent is non-root.
 podres_mounted() { grep -q "path: /var/lib/kubelet/pod-resources$" "$WORK/$1.yaml"; }
-if ! podres_mounted defaults && podres_mounted all-features && podres_mounted podresources-only &&
-  ! podres_mounted nrt-no-podresources && ! grep -q "runAsUser: 0$" <(sed -n '/- name: agent$/,$p' "$WORK/defaults.yaml"); then
-  pass "PodResources socket directory mounted with nrt.enabled or agent.readPodResources only, never with agent.podResourcesSocket empty"
+if podres_mounted defaults && podres_mounted all-features && podres_mounted podresources-only &&
+  ! podres_mounted podresources-off && ! podres_mounted nrt-no-podresources &&
+  ! grep -q "runAsUser: 0$" <(sed -n '/- name: agent$/,$p' "$WORK/podresources-off.yaml"); then
+  pass "PodResources socket directory mounted by default and with nrt.enabled, not with agent.readPodResources=false (non-root agent), never with agent.podResourcesSocket empty"
 else
   fail "agent.readPodResources / nrt.enabled / agent.podResourcesSocket do not switch the pod-resources mount as documented"
 fi
