@@ -11,7 +11,7 @@
 //! hard-coded paths there (device-plugins/, pki/, /var/log/containers) stays out of the host;
 //! its pod logs and volume plugin directories are in the test's directory.
 //!
-//! Steps, on one kubelet (static policy, reservedSystemCPUs "0"):
+//! `apply_on_a_real_kubelet`, on one kubelet (static policy, reservedSystemCPUs "0"):
 //! 1. RestartOnly (topology manager best-effort): the kubelet restarted, logs the new
 //!    effective configuration, its state is kept.
 //! 2. RewriteState (strict-cpu-reservation): the kubelet stopped, the state rewritten, the
@@ -23,13 +23,22 @@
 //!    default; nodetopo does not model feature gates): the start fails, apply rolls back and
 //!    the kubelet runs again on the previous drop-in.
 //!
+//! `apply_keeps_a_pinned_pod_on_a_real_kubelet`: the fake runtime in its own process (its pod
+//! and container outlive kubelet restarts, as a real runtime's do) and a Guaranteed static pod
+//! holding one exclusive CPU:
+//! 1. RestartOnly (single-numa-node, pod scope) with the pod running: the restarted kubelet
+//!    re-admits the pod keeping its CPU, does not recreate or kill its container, and the
+//!    state file is unchanged.
+//! 2. A reserved set taking the pod's CPU: EvictFirst from the real kubelet's checkpoint
+//!    (WaitingForEviction naming the pod), nothing written, no restart.
+//!
 //! Skips, printing why, when go is missing, when not root, without `unshare`, or with fewer
 //! than 2 online CPUs, unless NODETOPO_REQUIRE_ORACLE=1.
 
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
@@ -142,16 +151,55 @@ const KUBELET_HEAD: &str =
 /// the hooks, one log per start (kubelet.<n>.log) and the pid file.
 struct RealKubelet {
     dir: tempfile::TempDir,
+    /// With a pod: the fake CRI runtime in its own process, so that its pod and container
+    /// outlive kubelet restarts as a real runtime's do.
+    runtime: Option<Child>,
 }
 
 impl RealKubelet {
-    fn new(bin: &Path) -> Self {
+    /// A kubelet directory; with `static_pod`, that manifest in the kubelet's static pod
+    /// directory and the fake runtime started in its own process.
+    fn new(bin: &Path, static_pod: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display().to_string();
-        for sub in ["conf.d", "root", "pod-logs", "volume-plugins", "sysctl"] {
+        for sub in [
+            "conf.d",
+            "root",
+            "pod-logs",
+            "volume-plugins",
+            "sysctl",
+            "manifests",
+        ] {
             fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
         let port = free_port();
+        let mut runtime = None;
+        let mut extra_config = String::new();
+        let mut kubelet_cri = format!("--fake-cri-socket '{d}/cri.sock'");
+        if let Some(manifest) = static_pod {
+            fs::write(dir.path().join("manifests/pod.yaml"), manifest).unwrap();
+            extra_config = format!("staticPodPath: {d}/manifests\n");
+            kubelet_cri = String::new();
+            let log = fs::File::create(dir.path().join("runtime.log")).unwrap();
+            runtime = Some(
+                Command::new(bin)
+                    .arg("--fake-cri-only")
+                    .arg(dir.path().join("cri.sock"))
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .spawn()
+                    .expect("starting the fake CRI runtime"),
+            );
+            let t = Instant::now();
+            while !dir.path().join("cri.sock").exists() {
+                assert!(
+                    t.elapsed().as_secs() < 30,
+                    "the fake CRI runtime did not listen within 30 s"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
         fs::write(
             dir.path().join("config.yaml"),
             format!(
@@ -175,7 +223,7 @@ authorization:
   mode: AlwaysAllow
 cpuManagerPolicy: static
 reservedSystemCPUs: \"0\"
-"
+{extra_config}"
             ),
         )
         .unwrap();
@@ -195,7 +243,7 @@ for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_
     echo \"${{kv#*=}}\" >\"$f\"
     mount --bind \"$f\" \"/proc/sys/$k\"
 done
-exec '{bin}' --fake-cri-socket '{d}/cri.sock' -- --config '{d}/config.yaml' \\
+exec '{bin}' {kubelet_cri} -- --config '{d}/config.yaml' \\
     --config-dir '{d}/conf.d' --root-dir '{d}/root' --v=2
 ",
                 bin = bin.display()
@@ -261,7 +309,7 @@ curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null || {{ echo 'hea
             ),
         )
         .unwrap();
-        RealKubelet { dir }
+        RealKubelet { dir, runtime }
     }
 
     fn p(&self, rel: &str) -> PathBuf {
@@ -310,7 +358,7 @@ curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null || {{ echo 'hea
         serde_json::from_slice(&fs::read(self.p("root/cpu_manager_state")).unwrap()).unwrap()
     }
 
-    fn policy(&self, name: &str, cpu_options: &str, topology: &str) -> PathBuf {
+    fn policy(&self, name: &str, reserved: &str, cpu_options: &str, topology: &str) -> PathBuf {
         let path = self.p(&format!("policy-{name}.yaml"));
         fs::write(
             &path,
@@ -321,9 +369,9 @@ metadata: {{name: {name}}}
 spec:
   cpuManager:
     policy: static
-    reservedSystemCPUs: \"0\"
+    reservedSystemCPUs: \"{reserved}\"
     options: {{{cpu_options}}}
-  topologyManager: {{policy: {topology}}}
+  topologyManager: {{{topology}}}
 "
             ),
         )
@@ -334,8 +382,12 @@ spec:
     /// `nodetopo-agent apply` with the hooks, this machine's sysfs and no pods.
     fn apply(&self, policy: &Path) -> (Output, serde_json::Value, f64) {
         let t = Instant::now();
-        let out = Command::new(BIN)
-            .arg("apply")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("apply");
+        if self.runtime.is_some() {
+            cmd.arg("--pods").arg(self.p("manifests/pod.yaml"));
+        }
+        let out = cmd
             .arg("--kubelet-config")
             .arg(self.p("config.yaml"))
             .arg("--kubelet-config-dir")
@@ -366,6 +418,10 @@ spec:
 impl Drop for RealKubelet {
     fn drop(&mut self) {
         let _ = self.run_hook("stop.sh");
+        if let Some(mut runtime) = self.runtime.take() {
+            let _ = runtime.kill();
+            let _ = runtime.wait();
+        }
     }
 }
 
@@ -379,7 +435,7 @@ fn apply_on_a_real_kubelet() {
     let cpus = online_cpus();
     let all = cpuset(&cpus);
     let shared_strict = cpuset(&cpus.iter().copied().filter(|&c| c != 0).collect::<Vec<_>>());
-    let k = RealKubelet::new(&bin);
+    let k = RealKubelet::new(&bin, None);
     let mut checks = 0;
 
     // The node's kubelet before nodetopo: static, CPU 0 reserved, an empty drop-in directory.
@@ -403,7 +459,7 @@ fn apply_on_a_real_kubelet() {
     checks += 3;
 
     // 1. RestartOnly: the topology manager policy.
-    let restart = k.policy("restart", "", "best-effort");
+    let restart = k.policy("restart", "0", "", "policy: best-effort");
     let state_before = fs::read(k.p("root/cpu_manager_state")).unwrap();
     let (out, v, secs) = k.apply(&restart);
     assert!(out.status.success(), "{v:#}");
@@ -424,7 +480,12 @@ fn apply_on_a_real_kubelet() {
     checks += 7;
 
     // 2. RewriteState: strict-cpu-reservation takes CPU 0 out of the shared pool.
-    let strict = k.policy("strict", "strict-cpu-reservation: \"true\"", "best-effort");
+    let strict = k.policy(
+        "strict",
+        "0",
+        "strict-cpu-reservation: \"true\"",
+        "policy: best-effort",
+    );
     let (out, v, secs) = k.apply(&strict);
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["reason"], "StateRewritten", "{v:#}");
@@ -487,8 +548,9 @@ fn apply_on_a_real_kubelet() {
     let dropin = fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap();
     let alpha = k.policy(
         "alpha",
+        "0",
         "strict-cpu-reservation: \"true\", distribute-cpus-across-cores: \"true\"",
-        "best-effort",
+        "policy: best-effort",
     );
     let (out, v, secs) = k.apply(&alpha);
     assert_eq!(out.status.code(), Some(1), "{v:#}");
@@ -515,6 +577,144 @@ fn apply_on_a_real_kubelet() {
 
     println!(
         "real kubelet: {checks} checks over 5 applies and {} kubelet starts",
+        k.starts()
+    );
+}
+
+/// A Guaranteed pod with one whole CPU: the static policy gives its container an exclusive
+/// CPU. Its UID is set, so the kubelet keeps it (it hashes the file only without one) and the
+/// pod list handed to apply names the same pod.
+const PINNED_POD: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: default, uid: 0d1c2d0e-0000-4000-8000-0000000000a1}
+spec:
+  containers:
+  - name: app
+    image: registry.k8s.io/pause:3.10
+    resources:
+      requests: {cpu: \"1\", memory: 64Mi}
+      limits: {cpu: \"1\", memory: 64Mi}
+";
+const PINNED_UID: &str = "0d1c2d0e-0000-4000-8000-0000000000a1";
+
+#[test]
+fn apply_keeps_a_pinned_pod_on_a_real_kubelet() {
+    let Some(bin) = kubelet_or_skip() else { return };
+    let cpus = online_cpus();
+    let k = RealKubelet::new(&bin, Some(PINNED_POD));
+    let mut checks = 0;
+
+    // The kubelet admits the static pod, gives its container an exclusive CPU and the fake
+    // runtime runs it.
+    let out = k.run_hook("start.sh");
+    assert!(
+        out.status.success(),
+        "the kubelet did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = Instant::now();
+    let container_started = format!(
+        "\"Type\":\"ContainerStarted\",\"Data\":\"pinned-vm_default_{PINNED_UID}_0_app_0\""
+    );
+    while !(k.state()["entries"][PINNED_UID]["app"].is_string()
+        && k.log(1).contains(&container_started))
+    {
+        assert!(
+            t.elapsed().as_secs() < 60,
+            "the pinned pod did not run within 60 s; state {}",
+            k.state()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!(
+        "real kubelet: pinned pod running {:.1} s after the start",
+        t.elapsed().as_secs_f64()
+    );
+    let s = k.state();
+    let pinned = s["entries"][PINNED_UID]["app"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pinned_cpu: u32 = pinned.parse().expect("one exclusive CPU");
+    assert_ne!(pinned_cpu, 0, "the reserved CPU is never exclusive");
+    let shared = cpuset(
+        &cpus
+            .iter()
+            .copied()
+            .filter(|&c| c != pinned_cpu)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(s["defaultCpuSet"], shared.as_str());
+    checks += 2;
+
+    // RestartOnly with the pod running: single-numa-node, pod scope. The restarted kubelet
+    // re-admits the pod (the topology manager runs the CPU manager's Allocate, which keeps
+    // the assignment) and finds its container still running: no new sandbox, no kill.
+    let numa = k.policy("numa", "0", "", "policy: single-numa-node, scope: pod");
+    let state_before = fs::read(k.p("root/cpu_manager_state")).unwrap();
+    let (out, v, secs) = k.apply(&numa);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "RestartOnly", "{v:#}");
+    println!(
+        "RestartOnly with a pinned pod applied in {secs:.1} s: {}",
+        v["message"]
+    );
+    assert_eq!(k.starts(), 2);
+    assert!(k.running());
+    let eff = k.effective(2);
+    assert_eq!(owned(&eff, "topologyManagerPolicy"), "single-numa-node");
+    assert_eq!(owned(&eff, "topologyManagerScope"), "pod");
+    let log = k.log(2);
+    assert!(
+        log.contains(&format!("\"Static policy: container already present in state, skipping\" pod=\"default/pinned-vm\" podUID=\"{PINNED_UID}\" containerName=\"app\"")),
+        "the restarted kubelet did not re-admit the pinned pod with its CPU"
+    );
+    for absent in [
+        "Need to start a new one",
+        "Killing container",
+        "Predicate failed on Pod",
+        "Pod admission denied",
+    ] {
+        assert!(
+            !log.contains(absent),
+            "after the restart the kubelet logged {absent:?}"
+        );
+    }
+    assert_eq!(
+        fs::read(k.p("root/cpu_manager_state")).unwrap(),
+        state_before,
+        "the assignment and the shared pool kept"
+    );
+    checks += 8;
+
+    // A reserved set taking the pod's CPU: EvictFirst, read from the real kubelet's
+    // checkpoint; apply touches nothing.
+    let evict = k.policy(
+        "evict",
+        &format!("0,{pinned}"),
+        "",
+        "policy: single-numa-node, scope: pod",
+    );
+    let dropin = fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap();
+    let (out, v, _) = k.apply(&evict);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["reason"], "WaitingForEviction", "{v:#}");
+    let msg = v.to_string();
+    assert!(
+        msg.contains("default/pinned"),
+        "the plan names the pod: {msg}"
+    );
+    assert_eq!(k.starts(), 2, "no restart");
+    assert!(k.running());
+    assert_eq!(fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap(), dropin);
+    assert_eq!(
+        fs::read(k.p("root/cpu_manager_state")).unwrap(),
+        state_before
+    );
+    checks += 6;
+
+    println!(
+        "real kubelet with a pinned pod (CPU {pinned}): {checks} checks over 2 applies and {} kubelet starts",
         k.starts()
     );
 }

@@ -1,19 +1,31 @@
 // Test tooling: the real kubelet (k8s.io/kubernetes/cmd/kubelet/app, pinned in go.mod) run
-// standalone (no API server) against a fake CRI runtime served from this same process on a
-// unix socket, so nodetopo's actuation (drop-in, cpu_manager_state, restart) can be checked
-// against the kubelet's own start-up: its config loading, validation and container manager
-// including the CPU manager and its state file. Tests only, never shipped.
+// standalone (no API server) against the fake CRI runtime of k8s.io/cri-client/pkg/fake,
+// so nodetopo's actuation (drop-in, cpu_manager_state, restart) can be checked against the
+// kubelet's own start-up: its config loading, validation and container manager including
+// the CPU manager and its state file. Tests only, never shipped.
 //
-// Usage: kubelet-standalone --fake-cri-socket PATH -- <kubelet flags...>
-// The fake runtime listens on PATH (removed first if it is a stale socket); the kubelet
-// flags must point --container-runtime-endpoint at unix://PATH. The process exits with the
-// kubelet's exit code (non-zero when the kubelet refuses its configuration).
+// Usage, one of:
+//
+//	kubelet-standalone --fake-cri-socket PATH -- <kubelet flags...>
+//	    the fake runtime on PATH and the kubelet in one process (the runtime's pods and
+//	    containers go when the kubelet stops);
+//	kubelet-standalone --fake-cri-only PATH
+//	    only the fake runtime, until SIGTERM or SIGINT: its pods and containers outlive
+//	    kubelet restarts, as a real runtime's do;
+//	kubelet-standalone -- <kubelet flags...>
+//	    only the kubelet.
+//
+// A stale socket at PATH is removed first; the kubelet flags (or its config file) must point
+// the container runtime endpoint at unix://PATH. The kubelet modes exit with the kubelet's
+// exit code (non-zero when the kubelet refuses its configuration).
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
@@ -23,31 +35,58 @@ import (
 	"k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-func main() {
-	args := os.Args[1:]
-	if len(args) < 3 || args[0] != "--fake-cri-socket" || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: kubelet-standalone --fake-cri-socket PATH -- <kubelet flags...>")
-		os.Exit(2)
-	}
-	socket := args[1]
+const usage = "usage: kubelet-standalone --fake-cri-socket PATH -- <kubelet flags...> | --fake-cri-only PATH | -- <kubelet flags...>"
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "kubelet-standalone: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+// serveFakeCRI starts the fake runtime on socket, replacing a stale socket file.
+func serveFakeCRI(socket string) *fakecri.RemoteRuntime {
 	if info, err := os.Lstat(socket); err == nil {
 		if info.Mode()&os.ModeSocket == 0 {
-			fmt.Fprintf(os.Stderr, "kubelet-standalone: %s exists and is not a socket\n", socket)
-			os.Exit(2)
+			fail("%s exists and is not a socket", socket)
 		}
 		if err := os.Remove(socket); err != nil {
-			fmt.Fprintf(os.Stderr, "kubelet-standalone: cannot remove stale socket %s: %v\n", socket, err)
-			os.Exit(2)
+			fail("cannot remove stale socket %s: %v", socket, err)
 		}
 	}
 	runtime := fakecri.NewFakeRemoteRuntime()
+	// The kubelet refuses an image without a size ("Id or size of image ... is not set");
+	// pulled images are fakes with this size.
+	runtime.ImageService.SetFakeImageSize(1 << 20)
 	if err := runtime.Start("unix://" + socket); err != nil {
-		fmt.Fprintf(os.Stderr, "kubelet-standalone: fake CRI runtime on %s: %v\n", socket, err)
-		os.Exit(2)
+		fail("fake CRI runtime on %s: %v", socket, err)
 	}
-	defer runtime.Stop()
+	return runtime
+}
 
+func runKubelet(args []string) int {
 	command := app.NewKubeletCommand(context.Background())
-	command.SetArgs(args[3:])
-	os.Exit(cli.Run(command))
+	command.SetArgs(args)
+	return cli.Run(command)
+}
+
+func main() {
+	args := os.Args[1:]
+	switch {
+	case len(args) >= 3 && args[0] == "--fake-cri-socket" && args[2] == "--":
+		runtime := serveFakeCRI(args[1])
+		code := runKubelet(args[3:])
+		runtime.Stop()
+		os.Exit(code)
+	case len(args) == 2 && args[0] == "--fake-cri-only":
+		runtime := serveFakeCRI(args[1])
+		signals := make(chan os.Signal, 1)
+		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+		fmt.Fprintf(os.Stderr, "kubelet-standalone: fake CRI runtime serving on %s\n", args[1])
+		<-signals
+		runtime.Stop()
+		_ = os.Remove(args[1])
+	case len(args) >= 1 && args[0] == "--":
+		os.Exit(runKubelet(args[1:]))
+	default:
+		fail("%s", usage)
+	}
 }
