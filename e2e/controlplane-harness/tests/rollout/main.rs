@@ -39,6 +39,10 @@
 //! apply is rolled back (drop-in removed, hooks stop, start, stop, start) and Applied is
 //! False/Failed naming the difference.
 //!
+//! [`local_apply::local_apply_waits_for_the_node`]: `nodetopo-agent apply --node` (the local
+//! executor, no operator) on l1 (heartbeats played) is applied after l1 is Ready again; on
+//! l2, whose heartbeat stopped, it fails verification on the Node and rolls back.
+//!
 //! [`node_ready::node_not_ready_after_the_restart_rolls_back`]: policy `nr` (Apply, maxUnavailable 1)
 //! over n1 and n2; n1's heartbeat stops before the rollout (the node lifecycle controller's
 //! Ready Unknown is written), so n1's apply fails verification after
@@ -50,6 +54,7 @@ mod agreement;
 mod deadline;
 mod eviction;
 mod harness;
+mod local_apply;
 mod node_ready;
 
 use harness::*;
