@@ -38,24 +38,9 @@ async fn local_apply_waits_for_the_node() {
     let Some((cp, _operator, agent)) = cluster().await else {
         return;
     };
-    let nodes: Api<Node> = Api::all(cp.client());
-    let pp = PostParams::default();
-    for n in ["l1", "l2"] {
-        nodes
-            .create(&pp, &json_of(json!({"metadata": {"name": n}})))
-            .await
-            .expect("create node");
-    }
+    let nodes = Apis::of(&cp).nodes;
+    create_nodes(&nodes, &["l1", "l2"], None).await;
     let heartbeats = Heartbeats::start(&nodes, &["l1", "l2"]);
-    wait_for("l2 has a heartbeat", 30, || async {
-        let n = nodes.get_status("l2").await.map_err(|e| e.to_string())?;
-        n.status
-            .and_then(|s| s.conditions)
-            .filter(|c| c.iter().any(|c| c.type_ == "Ready"))
-            .map(|_| ())
-            .ok_or_else(|| "no Ready condition yet".to_string())
-    })
-    .await;
     heartbeats.stop("l2").await;
     let root = cp.dir().to_path_buf();
     let policy = root.join("local-policy.yaml");

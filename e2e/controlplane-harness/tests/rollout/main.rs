@@ -76,28 +76,19 @@ async fn rollout_against_a_real_apiserver() {
     cp.ensure_service_account(NS, "default")
         .await
         .expect("namespace");
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        pods,
+    } = Apis::of(&cp);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cp.client(), NS);
     let pp = PostParams::default();
 
     let rollout_nodes = ["r1", "r2", "r3", "r4", "r5"];
-    for (n, pool) in rollout_nodes
-        .iter()
-        .map(|n| (*n, "roll"))
-        .chain([("o1", "observe"), ("e1", "evict")])
-    {
-        nodes
-            .create(
-                &pp,
-                &json_of(json!({"metadata": {"name": n, "labels": {"pool": pool}}})),
-            )
-            .await
-            .expect("create node");
-    }
+    create_nodes(&nodes, &rollout_nodes, Some("roll")).await;
+    create_nodes(&nodes, &["o1"], Some("observe")).await;
+    create_nodes(&nodes, &["e1"], Some("evict")).await;
     let heartbeats = Heartbeats::start(&nodes, &["r1", "r2", "r3", "r4", "r5", "o1", "e1"]);
 
     // e1's pod `db`, running and ready as a kubelet would report it, covered by a PDB that
