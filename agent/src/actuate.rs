@@ -600,6 +600,14 @@ pub struct Args {
     /// Only finish or undo an interrupted apply, then exit.
     #[arg(long)]
     pub recover_only: bool,
+    /// Verify step: also wait until this Node is Ready again with a heartbeat newer than the
+    /// restart (API server from KUBECONFIG or the in-cluster service account; needs `get` on
+    /// Nodes); without it only the service's health, the files and the state are checked.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// `--node`: how long to wait for the Node after the restart (else roll back).
+    #[arg(long, default_value_t = 120, requires = "node")]
+    pub verify_seconds: u64,
 }
 
 /// How `apply` drives the kubelet.
@@ -630,7 +638,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         config_dir: args.kubelet_config_dir.clone(),
         state: args.state.clone(),
     };
-    let mut svc: Box<dyn KubeletService> = match args.restart {
+    let mut svc: Box<dyn KubeletService + Send> = match args.restart {
         RestartMode::Systemd => Box::new(SystemdBus::new(
             &args.unit,
             &args.systemd_address,
@@ -647,6 +655,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default(),
         }),
         RestartMode::DryRun => Box::new(DryRun::default()),
+    };
+    // --node: the executor's verify step also waits for the Node (as in cluster mode); the
+    // runtime lives until the apply is done.
+    let runtime = match &args.node {
+        Some(node) if args.restart != RestartMode::DryRun => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .context("starting the runtime for --node")?;
+            let client = rt
+                .block_on(kube::Client::try_default())
+                .context("--node: connecting to the API server (KUBECONFIG or in-cluster)")?;
+            svc = Box::new(
+                crate::daemon::node_ready::NodeReadyCheck::new(
+                    svc,
+                    rt.handle().clone(),
+                    kube::Api::all(client),
+                    node,
+                    std::time::Duration::from_secs(args.verify_seconds.max(1)),
+                )
+                .with_flag("--verify-seconds"),
+            );
+            Some(rt)
+        }
+        _ => None,
     };
     if args.recover_only {
         let r = recover(&files, svc.as_mut())?;
@@ -672,6 +706,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         svc.as_mut(),
     )?;
+    drop(runtime);
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(if report.applied {
         ExitCode::SUCCESS

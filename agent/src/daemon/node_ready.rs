@@ -64,6 +64,7 @@ pub struct NodeReadyCheck {
     wait: Duration,
     poll: Duration,
     since: Timestamp,
+    flag: &'static str,
 }
 
 impl NodeReadyCheck {
@@ -83,7 +84,14 @@ impl NodeReadyCheck {
             wait,
             poll: Duration::from_secs(1),
             since: Timestamp::now(),
+            flag: "--actuation-verify-seconds",
         }
+    }
+
+    /// Names `flag` as the wait's setting in messages (`apply --verify-seconds`).
+    pub fn with_flag(mut self, flag: &'static str) -> Self {
+        self.flag = flag;
+        self
     }
 
     fn wait_ready(&self) -> Result<(), String> {
@@ -98,9 +106,10 @@ impl NodeReadyCheck {
             };
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "Node {} is not Ready again after waiting {}s (--actuation-verify-seconds) since the kubelet restart: {last}",
+                    "Node {} is not Ready again after waiting {}s ({}) since the kubelet restart: {last}",
                     self.node,
-                    self.wait.as_secs()
+                    self.wait.as_secs(),
+                    self.flag
                 ));
             }
             std::thread::sleep(

@@ -93,19 +93,30 @@ pub const CPU_OPTIONS_INCOMPATIBLE: [Rule; INCOMPATIBLE.len()] = {
     out
 };
 
+/// The CPU list regex as a literal, so the CEL rules below can embed it with `concat!`.
+macro_rules! cpu_list_regex {
+    () => {
+        "^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$"
+    };
+}
+
 /// The list syntax accepted for `reservedSystemCPUs` (ids of at most 5 digits, so that CEL's
 /// `int()` cannot overflow and the cost stays bounded).
-pub const CPU_LIST_REGEX: &str = "^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$";
+pub const CPU_LIST_REGEX: &str = cpu_list_regex!();
 
 /// `cpuManager.reservedSystemCPUs`: syntax.
 pub const RESERVED_SYSTEM_CPUS_SYNTAX: Rule = Rule {
-    rule: "self.matches('^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$')",
+    rule: concat!("self.matches('", cpu_list_regex!(), "')"),
     message: "cpuManager.reservedSystemCPUs: must be a CPU list such as \"0-1\" or \"0,2,4-7\" (CPU ids up to 5 digits and ranges, separated by commas, no spaces)",
 };
 
 /// `cpuManager.reservedSystemCPUs`: range order.
 pub const RESERVED_SYSTEM_CPUS_RANGES: Rule = Rule {
-    rule: "!self.matches('^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$') || self.split(',').all(r, !r.contains('-') || int(r.split('-')[0]) <= int(r.split('-')[1]))",
+    rule: concat!(
+        "!self.matches('",
+        cpu_list_regex!(),
+        "') || self.split(',').all(r, !r.contains('-') || int(r.split('-')[0]) <= int(r.split('-')[1]))"
+    ),
     message: "cpuManager.reservedSystemCPUs: a range's start must not be greater than its end",
 };
 

@@ -29,19 +29,14 @@ async fn kubelet_disagreeing_after_the_restart_rolls_back() {
     let Some((cp, operator, agent)) = cluster().await else {
         return;
     };
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        pods,
+    } = Apis::of(&cp);
     let pp = PostParams::default();
-    nodes
-        .create(
-            &pp,
-            &json_of(json!({"metadata": {"name": "g1", "labels": {"pool": "agree"}}})),
-        )
-        .await
-        .expect("create node");
+    create_nodes(&nodes, &["g1"], Some("agree")).await;
     let heartbeats = Heartbeats::start(&nodes, &["g1"]);
     let uid = running_db_pod(&pods, "g1").await;
     let kd = kubelet_dir(cp.dir(), "g1", None, false, false);

@@ -7,20 +7,14 @@ async fn progress_deadline_fails_a_silent_node_and_its_late_verdict_wins() {
     let Some((cp, operator, agent)) = cluster().await else {
         return;
     };
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        ..
+    } = Apis::of(&cp);
     let pp = PostParams::default();
-    for n in ["d1", "d2"] {
-        nodes
-            .create(
-                &pp,
-                &json_of(json!({"metadata": {"name": n, "labels": {"pool": "late"}}})),
-            )
-            .await
-            .expect("create node");
-    }
+    create_nodes(&nodes, &["d1", "d2"], Some("late")).await;
     let heartbeats = Heartbeats::start(&nodes, &["d1", "d2"]);
     let root = cp.dir().to_path_buf();
     let kd1 = kubelet_dir(&root, "d1", None, false, false);

@@ -7,19 +7,14 @@ async fn accepted_eviction_then_replan() {
     let Some((cp, operator, agent)) = cluster().await else {
         return;
     };
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        pods,
+    } = Apis::of(&cp);
     let pp = PostParams::default();
-    nodes
-        .create(
-            &pp,
-            &json_of(json!({"metadata": {"name": "a1", "labels": {"pool": "evict-ok"}}})),
-        )
-        .await
-        .expect("create node");
+    create_nodes(&nodes, &["a1"], Some("evict-ok")).await;
     let heartbeats = Heartbeats::start(&nodes, &["a1"]);
     let uid = running_db_pod(&pods, "a1").await;
     // Static, reserved 0,32; `db` holds core 1 (CPUs 1 and 33), which the new reserved set

@@ -245,9 +245,23 @@ impl Heartbeats {
         }
     }
 
-    /// `node`'s kubelet stops posting; the node lifecycle controller's verdict (Ready
-    /// Unknown, the last heartbeat kept) is written as it would after its grace period.
+    /// `node`'s kubelet stops posting (once it has posted at least once); the node lifecycle
+    /// controller's verdict (Ready Unknown, the last heartbeat kept) is written as it would
+    /// after its grace period.
     pub(crate) async fn stop(&self, node: &str) {
+        let nodes = self.nodes.clone();
+        wait_for(&format!("{node} has a heartbeat"), 30, || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get_status(node).await.map_err(|e| e.to_string())?;
+                n.status
+                    .and_then(|s| s.conditions)
+                    .filter(|c| c.iter().any(|c| c.type_ == "Ready"))
+                    .map(|_| ())
+                    .ok_or_else(|| "no Ready condition yet".to_string())
+            }
+        })
+        .await;
         let mut stopped = self.stopped.lock().await;
         stopped.insert(node.to_string());
         let n = self.nodes.get_status(node).await.expect("node");
@@ -292,6 +306,40 @@ where
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
+    }
+}
+
+/// The APIs the rollout tests use.
+pub(crate) struct Apis {
+    pub(crate) nodes: Api<Node>,
+    pub(crate) policies: Api<NodeResourcePolicy>,
+    pub(crate) ntopos: Api<NodeTopology>,
+    pub(crate) pods: Api<Pod>,
+}
+
+impl Apis {
+    pub(crate) fn of(cp: &ControlPlane) -> Self {
+        let client = cp.client();
+        Apis {
+            nodes: Api::all(client.clone()),
+            policies: Api::all(client.clone()),
+            ntopos: Api::all(client.clone()),
+            pods: Api::namespaced(client, NS),
+        }
+    }
+}
+
+/// Creates the Nodes `names`, labelled `pool: <pool>` when given.
+pub(crate) async fn create_nodes(nodes: &Api<Node>, names: &[&str], pool: Option<&str>) {
+    for n in names {
+        let labels = pool.map(|p| json!({"pool": p})).unwrap_or(json!({}));
+        nodes
+            .create(
+                &PostParams::default(),
+                &json_of(json!({"metadata": {"name": n, "labels": labels}})),
+            )
+            .await
+            .expect("create node");
     }
 }
 

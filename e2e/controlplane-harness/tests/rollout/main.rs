@@ -39,6 +39,10 @@
 //! apply is rolled back (drop-in removed, hooks stop, start, stop, start) and Applied is
 //! False/Failed naming the difference.
 //!
+//! [`local_apply::local_apply_waits_for_the_node`]: `nodetopo-agent apply --node` (the local
+//! executor, no operator) on l1 (heartbeats played) is applied after l1 is Ready again; on
+//! l2, whose heartbeat stopped, it fails verification on the Node and rolls back.
+//!
 //! [`node_ready::node_not_ready_after_the_restart_rolls_back`]: policy `nr` (Apply, maxUnavailable 1)
 //! over n1 and n2; n1's heartbeat stops before the rollout (the node lifecycle controller's
 //! Ready Unknown is written), so n1's apply fails verification after
@@ -50,6 +54,7 @@ mod agreement;
 mod deadline;
 mod eviction;
 mod harness;
+mod local_apply;
 mod node_ready;
 
 use harness::*;
@@ -71,28 +76,19 @@ async fn rollout_against_a_real_apiserver() {
     cp.ensure_service_account(NS, "default")
         .await
         .expect("namespace");
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        pods,
+    } = Apis::of(&cp);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cp.client(), NS);
     let pp = PostParams::default();
 
     let rollout_nodes = ["r1", "r2", "r3", "r4", "r5"];
-    for (n, pool) in rollout_nodes
-        .iter()
-        .map(|n| (*n, "roll"))
-        .chain([("o1", "observe"), ("e1", "evict")])
-    {
-        nodes
-            .create(
-                &pp,
-                &json_of(json!({"metadata": {"name": n, "labels": {"pool": pool}}})),
-            )
-            .await
-            .expect("create node");
-    }
+    create_nodes(&nodes, &rollout_nodes, Some("roll")).await;
+    create_nodes(&nodes, &["o1"], Some("observe")).await;
+    create_nodes(&nodes, &["e1"], Some("evict")).await;
     let heartbeats = Heartbeats::start(&nodes, &["r1", "r2", "r3", "r4", "r5", "o1", "e1"]);
 
     // e1's pod `db`, running and ready as a kubelet would report it, covered by a PDB that

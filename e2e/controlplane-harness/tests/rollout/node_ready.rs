@@ -7,30 +7,15 @@ async fn node_not_ready_after_the_restart_rolls_back() {
     let Some((cp, operator, agent)) = cluster().await else {
         return;
     };
-    let client = cp.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let policies: Api<NodeResourcePolicy> = Api::all(client.clone());
-    let ntopos: Api<NodeTopology> = Api::all(client.clone());
+    let Apis {
+        nodes,
+        policies,
+        ntopos,
+        ..
+    } = Apis::of(&cp);
     let pp = PostParams::default();
-    for n in ["n1", "n2"] {
-        nodes
-            .create(
-                &pp,
-                &json_of(json!({"metadata": {"name": n, "labels": {"pool": "notready"}}})),
-            )
-            .await
-            .expect("create node");
-    }
+    create_nodes(&nodes, &["n1", "n2"], Some("notready")).await;
     let heartbeats = Heartbeats::start(&nodes, &["n1", "n2"]);
-    wait_for("n1 has a heartbeat", 30, || async {
-        let n = nodes.get_status("n1").await.map_err(|e| e.to_string())?;
-        n.status
-            .and_then(|s| s.conditions)
-            .filter(|c| c.iter().any(|c| c.type_ == "Ready"))
-            .map(|_| ())
-            .ok_or_else(|| "no Ready condition yet".to_string())
-    })
-    .await;
     heartbeats.stop("n1").await;
     // n1's state: static, reserved 0,32, no exclusive CPUs.
     let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
