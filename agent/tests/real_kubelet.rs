@@ -32,6 +32,12 @@
 //! 2. A reserved set taking the pod's CPU: EvictFirst from the real kubelet's checkpoint
 //!    (WaitingForEviction naming the pod), nothing written, no restart.
 //!
+//! `apply_waits_for_the_real_kubelets_node`: the kubelet registered as Node `real-kubelet`
+//! with a real kube-apiserver and etcd (e2e/controlplane, admin kubeconfig): it posts Ready
+//! itself; RestartOnly with `apply --node` waits for the restarted kubelet's Ready heartbeat.
+//! Skips with the control-plane tests' reason when their binaries cannot be built, unless
+//! NODETOPO_REQUIRE_CONTROLPLANE=1.
+//!
 //! Skips, printing why, when go is missing, when not root, without `unshare`, or with fewer
 //! than 2 online CPUs, unless NODETOPO_REQUIRE_ORACLE=1.
 
@@ -159,7 +165,8 @@ struct RealKubelet {
 impl RealKubelet {
     /// A kubelet directory; with `static_pod`, that manifest in the kubelet's static pod
     /// directory and the fake runtime started in its own process.
-    fn new(bin: &Path, static_pod: Option<&str>) -> Self {
+    /// `kubelet_flags`: more kubelet flags (a kubeconfig, a node name).
+    fn new(bin: &Path, static_pod: Option<&str>, kubelet_flags: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display().to_string();
         for sub in [
@@ -244,7 +251,7 @@ for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_
     mount --bind \"$f\" \"/proc/sys/$k\"
 done
 exec '{bin}' {kubelet_cri} -- --config '{d}/config.yaml' \\
-    --config-dir '{d}/conf.d' --root-dir '{d}/root' --v=2
+    --config-dir '{d}/conf.d' --root-dir '{d}/root' --v=2 {kubelet_flags}
 ",
                 bin = bin.display()
             ),
@@ -381,9 +388,19 @@ spec:
 
     /// `nodetopo-agent apply` with the hooks, this machine's sysfs and no pods.
     fn apply(&self, policy: &Path) -> (Output, serde_json::Value, f64) {
+        self.apply_with(policy, |_| {})
+    }
+
+    /// [`RealKubelet::apply`] with more arguments or environment set by `more`.
+    fn apply_with(
+        &self,
+        policy: &Path,
+        more: impl FnOnce(&mut Command),
+    ) -> (Output, serde_json::Value, f64) {
         let t = Instant::now();
         let mut cmd = Command::new(BIN);
         cmd.arg("apply");
+        more(&mut cmd);
         if self.runtime.is_some() {
             cmd.arg("--pods").arg(self.p("manifests/pod.yaml"));
         }
@@ -435,7 +452,7 @@ fn apply_on_a_real_kubelet() {
     let cpus = online_cpus();
     let all = cpuset(&cpus);
     let shared_strict = cpuset(&cpus.iter().copied().filter(|&c| c != 0).collect::<Vec<_>>());
-    let k = RealKubelet::new(&bin, None);
+    let k = RealKubelet::new(&bin, None, "");
     let mut checks = 0;
 
     // The node's kubelet before nodetopo: static, CPU 0 reserved, an empty drop-in directory.
@@ -601,7 +618,7 @@ const PINNED_UID: &str = "0d1c2d0e-0000-4000-8000-0000000000a1";
 fn apply_keeps_a_pinned_pod_on_a_real_kubelet() {
     let Some(bin) = kubelet_or_skip() else { return };
     let cpus = online_cpus();
-    let k = RealKubelet::new(&bin, Some(PINNED_POD));
+    let k = RealKubelet::new(&bin, Some(PINNED_POD), "");
     let mut checks = 0;
 
     // The kubelet admits the static pod, gives its container an exclusive CPU and the fake
@@ -716,5 +733,124 @@ fn apply_keeps_a_pinned_pod_on_a_real_kubelet() {
     println!(
         "real kubelet with a pinned pod (CPU {pinned}): {checks} checks over 2 applies and {} kubelet starts",
         k.starts()
+    );
+}
+
+/// The Node's Ready condition (status, lastHeartbeatTime in whole seconds since the epoch)
+/// and its CPU capacity, as the API server has them.
+fn node_ready(
+    cp: &nodetopo_controlplane::ControlPlane,
+    name: &str,
+) -> Option<(String, i64, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let node = rt
+        .block_on(async {
+            kube::Api::<k8s_openapi::api::core::v1::Node>::all(cp.client())
+                .get_opt(name)
+                .await
+        })
+        .expect("reading the Node")?;
+    let status = node.status?;
+    let ready = status
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((
+        ready.status,
+        ready.last_heartbeat_time?.0.as_second(),
+        status.capacity?.get("cpu")?.0.clone(),
+    ))
+}
+
+fn epoch_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The real kubelet registered with a real kube-apiserver (and etcd, from e2e/controlplane)
+/// as Node `real-kubelet`: `apply --node` waits until the restarted kubelet itself has posted
+/// Ready with a fresh heartbeat (the control-plane rollout tests play those status updates).
+#[test]
+fn apply_waits_for_the_real_kubelets_node() {
+    let Some(bin) = kubelet_or_skip() else { return };
+    let cp = match nodetopo_controlplane::ControlPlane::start() {
+        Ok(Some(cp)) => cp,
+        Ok(None) => return,
+        Err(e) => panic!("control plane: {e}"),
+    };
+    const NODE: &str = "real-kubelet";
+    let k = RealKubelet::new(
+        &bin,
+        None,
+        &format!(
+            "--kubeconfig '{}' --hostname-override {NODE}",
+            cp.kubeconfig().display()
+        ),
+    );
+    let mut checks = 0;
+    let t = Instant::now();
+    let out = k.run_hook("start.sh");
+    assert!(
+        out.status.success(),
+        "the kubelet did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The kubelet registers its Node and posts Ready.
+    let first = loop {
+        match node_ready(&cp, NODE) {
+            Some(r) if r.0 == "True" => break r,
+            r => assert!(
+                t.elapsed().as_secs() < 60,
+                "Node {NODE} not Ready within 60 s: {r:?}"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    println!(
+        "real kubelet: Node {NODE} registered and Ready {:.1} s after the start, capacity cpu {}",
+        t.elapsed().as_secs_f64(),
+        first.2
+    );
+    assert_eq!(
+        first.2,
+        online_cpus().len().to_string(),
+        "the Node's CPU capacity"
+    );
+    checks += 2;
+
+    // RestartOnly with --node: the verify step waits for the Node.
+    let restart = k.policy("restart", "0", "", "policy: best-effort");
+    let kubeconfig = cp.kubeconfig().to_path_buf();
+    let before = epoch_seconds();
+    let (out, v, secs) = k.apply_with(&restart, |c| {
+        c.args(["--node", NODE, "--verify-seconds", "60"])
+            .env("KUBECONFIG", &kubeconfig);
+    });
+    assert!(
+        out.status.success(),
+        "{v:#}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(v["reason"], "RestartOnly", "{v:#}");
+    assert_eq!(k.starts(), 2);
+    assert!(k.running());
+    let (ready, heartbeat, _) = node_ready(&cp, NODE).expect("the Node");
+    assert_eq!(ready, "True");
+    assert!(
+        heartbeat >= before,
+        "the Ready heartbeat ({heartbeat}) is from the restarted kubelet (apply began at {before})"
+    );
+    assert_eq!(
+        owned(&k.effective(2), "topologyManagerPolicy"),
+        "best-effort"
+    );
+    checks += 7;
+    println!(
+        "apply --node on a real kubelet: RestartOnly verified on the Node in {secs:.1} s; {checks} checks"
     );
 }
