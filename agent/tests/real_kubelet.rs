@@ -34,7 +34,8 @@
 //!
 //! `apply_waits_for_the_real_kubelets_node`: the kubelet registered as Node `real-kubelet`
 //! with a real kube-apiserver and etcd (e2e/controlplane, admin kubeconfig): it posts Ready
-//! itself; RestartOnly with `apply --node` waits for the restarted kubelet's Ready heartbeat.
+//! itself; RestartOnly with `apply --node` waits for the restarted kubelet's Ready heartbeat,
+//! and a policy the kubelet refuses is rolled back with the Node Ready again.
 //! Skips with the control-plane tests' reason when their binaries cannot be built, unless
 //! NODETOPO_REQUIRE_CONTROLPLANE=1.
 //!
@@ -850,7 +851,39 @@ fn apply_waits_for_the_real_kubelets_node() {
         "best-effort"
     );
     checks += 7;
+    println!("apply --node on a real kubelet: RestartOnly verified on the Node in {secs:.1} s");
+
+    // A policy the kubelet refuses: rolled back, and the rollback's kubelet is checked on
+    // the Node too.
+    let alpha = k.policy(
+        "alpha",
+        "0",
+        "distribute-cpus-across-cores: \"true\"",
+        "policy: best-effort",
+    );
+    let before = epoch_seconds();
+    let (out, v, secs) = k.apply_with(&alpha, |c| {
+        c.args(["--node", NODE, "--verify-seconds", "60"])
+            .env("KUBECONFIG", &kubeconfig);
+    });
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["reason"], "Failed", "{v:#}");
+    let msg = v["message"].as_str().unwrap();
+    for want in [
+        "Alpha-level Options not enabled",
+        "the previous configuration and state were restored and the kubelet restarted (healthy again)",
+    ] {
+        assert!(msg.contains(want), "{want:?} in {msg}");
+    }
+    assert_eq!(k.starts(), 4, "the refused start, then the rollback's");
+    let (ready, heartbeat, _) = node_ready(&cp, NODE).expect("the Node");
+    assert_eq!(ready, "True");
+    assert!(
+        heartbeat >= before,
+        "Ready posted by the rollback's kubelet"
+    );
+    checks += 6;
     println!(
-        "apply --node on a real kubelet: RestartOnly verified on the Node in {secs:.1} s; {checks} checks"
+        "apply --node on a real kubelet: refused policy rolled back, Node Ready again, in {secs:.1} s; {checks} checks"
     );
 }
