@@ -39,6 +39,12 @@
 //! Skips with the control-plane tests' reason when their binaries cannot be built, unless
 //! NODETOPO_REQUIRE_CONTROLPLANE=1.
 //!
+//! `rollout_on_a_real_kubelet`: the operator and the agent daemon (`run --actuation`, hooks as
+//! above) on that API server; the real kubelet runs a Guaranteed pod bound to it through the
+//! API (one exclusive CPU). A NodeResourcePolicy in Apply mode: the agent restarts the
+//! kubelet, waits for its Node Ready and KubeletAgreement on a read of the real checkpoint
+//! after the restart, and the NodeTopology reports Applied True RestartOnly.
+//!
 //! Skips, printing why, when go is missing, when not root, without `unshare`, or with fewer
 //! than 2 online CPUs, unless NODETOPO_REQUIRE_ORACLE=1.
 
@@ -886,4 +892,222 @@ fn apply_waits_for_the_real_kubelets_node() {
     println!(
         "apply --node on a real kubelet: refused policy rolled back, Node Ready again, in {secs:.1} s; {checks} checks"
     );
+}
+
+/// The whole path on a real kubelet: the operator and the agent daemon (`run --actuation`)
+/// on the real API server, the real kubelet registered as its Node running a Guaranteed pod
+/// (bound through the API, one exclusive CPU). A NodeResourcePolicy in Apply mode makes the
+/// agent restart the kubelet (RestartOnly); its verify step waits for the Node Ready again
+/// (posted by the restarted kubelet) and for KubeletAgreement on a read of the real kubelet's
+/// checkpoint after the restart; the NodeTopology reports Applied True.
+#[test]
+fn rollout_on_a_real_kubelet() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use nodetopo_crds::{NodeResourcePolicy, NodeTopology};
+    let Some(bin) = kubelet_or_skip() else { return };
+    let Some(operator) = nodetopo_controlplane::workspace_binary("nodetopo-operator") else {
+        return;
+    };
+    let cp = match nodetopo_controlplane::ControlPlane::start() {
+        Ok(Some(cp)) => cp,
+        Ok(None) => return,
+        Err(e) => panic!("control plane: {e}"),
+    };
+    const NODE: &str = "real-rollout";
+    const NS: &str = "real-kubelet";
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (nodes, pods, policies, ntopos) = rt.block_on(async {
+        cp.install_crds().await.expect("CRDs");
+        cp.ensure_service_account(NS, "default")
+            .await
+            .expect("namespace");
+        let c = cp.client();
+        (
+            Api::<Node>::all(c.clone()),
+            Api::<Pod>::namespaced(c.clone(), NS),
+            Api::<NodeResourcePolicy>::all(c.clone()),
+            Api::<NodeTopology>::all(c),
+        )
+    });
+    let k = RealKubelet::new(
+        &bin,
+        None,
+        &format!(
+            "--kubeconfig '{}' --hostname-override {NODE}",
+            cp.kubeconfig().display()
+        ),
+    );
+    let wait = |what: &str, secs: u64, mut ok: Box<dyn FnMut() -> Result<(), String> + '_>| {
+        let t = Instant::now();
+        loop {
+            match ok() {
+                Ok(()) => return t.elapsed().as_secs_f64(),
+                Err(e) => assert!(t.elapsed().as_secs() < secs, "{what} within {secs} s: {e}"),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let out = k.run_hook("start.sh");
+    assert!(
+        out.status.success(),
+        "the kubelet did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait(
+        "the Node Ready",
+        60,
+        Box::new(|| match node_ready(&cp, NODE) {
+            Some(r) if r.0 == "True" => Ok(()),
+            r => Err(format!("{r:?}")),
+        }),
+    );
+    let pp = PostParams::default();
+    let uid = rt
+        .block_on(async {
+            nodes
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"labels": {"pool": "real"}}})),
+                )
+                .await
+                .expect("label the Node");
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "pinned", "namespace": NS},
+                "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "64Mi"},
+                                  "limits": {"cpu": "1", "memory": "64Mi"}}}]}
+            }))
+            .unwrap();
+            pods.create(&pp, &pod).await.expect("pod")
+        })
+        .metadata
+        .uid
+        .expect("pod uid");
+    let secs = wait(
+        "the kubelet runs the pod with an exclusive CPU",
+        60,
+        Box::new(|| {
+            let running = rt
+                .block_on(pods.get("pinned"))
+                .ok()
+                .and_then(|p| p.status?.phase)
+                == Some("Running".into());
+            match (running, k.state()["entries"][&uid]["app"].as_str()) {
+                (true, Some(_)) => Ok(()),
+                (r, s) => Err(format!("running {r}, state {s:?}")),
+            }
+        }),
+    );
+    let pinned = k.state()["entries"][&uid]["app"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    println!("real kubelet: pod {NS}/pinned Running on CPU {pinned} after {secs:.1} s");
+
+    let policy: NodeResourcePolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeResourcePolicy",
+        "metadata": {"name": "real"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "real"}},
+                 "cpuManager": {"policy": "static", "reservedSystemCPUs": "0"},
+                 "topologyManager": {"policy": "best-effort"},
+                 "rollout": {"mode": "Apply"}}
+    }))
+    .unwrap();
+    rt.block_on(policies.create(&pp, &policy)).expect("policy");
+    let log = |name: &str| fs::File::create(k.p(name)).unwrap();
+    let spawn = |mut c: Command, name: &str| {
+        c.env("KUBECONFIG", cp.kubeconfig())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log(name))
+            .stderr(log(&format!("{name}.err")));
+        KillOnDrop(c.spawn().expect(name))
+    };
+    let mut op = Command::new(&operator);
+    op.args(["--no-leader-election", "--metrics-addr"])
+        .arg(format!("127.0.0.1:{}", free_port()));
+    let _operator = spawn(op, "operator.log");
+    let mut agent = Command::new(BIN);
+    agent
+        .args(["run", "--node-name", NODE, "--actuation"])
+        .arg("--state-dir")
+        .arg(k.p("agent-state"))
+        .arg("--kubelet-state")
+        .arg(k.p("root/cpu_manager_state"))
+        .arg("--kubelet-config")
+        .arg(k.p("config.yaml"))
+        .arg("--kubelet-config-dir")
+        .arg(k.p("conf.d"))
+        .args([
+            "--kubelet-restart",
+            "command",
+            "--actuation-retry-seconds",
+            "1",
+        ])
+        .args(["--kubelet-stop-command", &k.hook("stop.sh")])
+        .args(["--kubelet-start-command", &k.hook("start.sh")])
+        .args(["--kubelet-health-command", &k.hook("health.sh")])
+        .args(["--actuation-verify-seconds", "60"]);
+    let _agent = spawn(agent, "agent.log");
+    let mut verdict = None;
+    let secs = wait(
+        "Applied on the NodeTopology",
+        180,
+        Box::new(|| {
+            let nt = rt
+                .block_on(ntopos.get_opt(NODE))
+                .map_err(|e| e.to_string())?
+                .ok_or("no NodeTopology yet")?;
+            let c = nt
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Applied"))
+                .filter(|c| c.observed_generation == nt.metadata.generation)
+                .ok_or("no Applied verdict yet")?;
+            // Before the operator's mark the agent reports ObserveOnly.
+            if c.reason == "ObserveOnly" || c.reason == "WaitingForEviction" {
+                return Err(c.message.clone());
+            }
+            verdict = Some((c.status.clone(), c.reason.clone(), c.message.clone()));
+            Ok(())
+        }),
+    );
+    let (status, reason, message) = verdict.unwrap();
+    println!("rollout on a real kubelet: Applied {status} {reason} after {secs:.1} s: {message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "RestartOnly"),
+        "{message}"
+    );
+    assert!(
+        message.contains("KubeletAgreement True on a kubelet read after the restart"),
+        "{message}"
+    );
+    assert_eq!(k.starts(), 2, "one restart by the agent");
+    assert!(k.running());
+    assert_eq!(
+        owned(&k.effective(2), "topologyManagerPolicy"),
+        "best-effort"
+    );
+    assert_eq!(k.state()["entries"][&uid]["app"], pinned.as_str());
+    let (ready, _, _) = node_ready(&cp, NODE).expect("the Node");
+    assert_eq!(ready, "True");
+    println!("rollout on a real kubelet: 7 checks");
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
