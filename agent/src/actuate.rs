@@ -46,6 +46,7 @@ pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
 /// The journal's file name (beside the state file).
 pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
 
+pub mod node_ready;
 mod systemd;
 mod writes;
 
@@ -669,7 +670,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .block_on(kube::Client::try_default())
                 .context("--node: connecting to the API server (KUBECONFIG or in-cluster)")?;
             svc = Box::new(
-                crate::daemon::node_ready::NodeReadyCheck::new(
+                node_ready::NodeReadyCheck::new(
                     svc,
                     rt.handle().clone(),
                     kube::Api::all(client),

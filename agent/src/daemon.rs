@@ -22,7 +22,6 @@ pub mod kubelet_actual;
 pub mod kubelet_state;
 pub mod local;
 pub mod metrics;
-pub mod node_ready;
 pub mod nrt;
 pub mod podresources;
 pub mod restore;

@@ -4,7 +4,7 @@
 //! `nodetopo-agent apply` ([`crate::actuate`]), then publish the verdict as the `Applied`
 //! condition (for that generation) and `status.change`. The executor's verify step also
 //! waits (`--actuation-verify-seconds`) for this Node to be Ready again with a heartbeat
-//! newer than the restart ([`super::node_ready`]), then for `KubeletAgreement` on a kubelet
+//! newer than the restart ([`crate::actuate::node_ready`]), then for `KubeletAgreement` on a kubelet
 //! read after the restart ([`super::agreement`]); a failure rolls the apply back. A True
 //! verdict's message ends with the agreement confirmed.
 //!
@@ -46,7 +46,7 @@ use nodetopo_engine::CpuTopology;
 use super::agreement::{AgreementCheck, AgreementFeed};
 pub use super::core::Outcome;
 use super::core::{Event, PodInfo};
-use super::node_ready::NodeReadyCheck;
+use crate::actuate::node_ready::NodeReadyCheck;
 use crate::actuate::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
 
 /// The actuation flags of `run`.
