@@ -351,6 +351,7 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         recover(files, svc)?
     };
     let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
+    kubelet::check_gates(&files.config, Some(&files.config_dir), input.desired)?;
     let read = cli_diff::read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.format);
     let state: Option<KubeletCpuState> = read.map(|r| r.state);

@@ -19,9 +19,11 @@
 //! 3. The same policy again: NoChange, no restart.
 //! 4. Control: the state as it was before the rewrite (the backup) under the new
 //!    configuration makes the real kubelet refuse to start, so the rewrite was needed.
-//! 5. A policy the kubelet refuses (an alpha CPU manager option, whose feature gate is off by
-//!    default; nodetopo does not model feature gates): the start fails, apply rolls back and
-//!    the kubelet runs again on the previous drop-in.
+//! 5. An alpha CPU manager option whose feature gate the kubelet's configuration leaves off:
+//!    nodetopo refuses it before planning (exit 2), nothing is written, no restart.
+//! 6. A policy the kubelet refuses although nodetopo accepts it (a beta option, with the beta
+//!    gate off on this kubelet's command line, which nodetopo cannot see): the start fails,
+//!    apply rolls back and the kubelet runs again on the previous drop-in.
 //!
 //! `apply_keeps_a_pinned_pod_on_a_real_kubelet`: the fake runtime in its own process (its pod
 //! and container outlive kubelet restarts, as a real runtime's do) and a Guaranteed static pod
@@ -35,7 +37,8 @@
 //! `apply_waits_for_the_real_kubelets_node`: the kubelet registered as Node `real-kubelet`
 //! with a real kube-apiserver and etcd (e2e/controlplane, admin kubeconfig): it posts Ready
 //! itself; RestartOnly with `apply --node` waits for the restarted kubelet's Ready heartbeat,
-//! and a policy the kubelet refuses is rolled back with the Node Ready again.
+//! and a policy the kubelet refuses (a beta option, the beta gate off on its command line) is
+//! rolled back with the Node Ready again.
 //! Skips with the control-plane tests' reason when their binaries cannot be built, unless
 //! NODETOPO_REQUIRE_CONTROLPLANE=1.
 //!
@@ -405,27 +408,7 @@ spec:
         more: impl FnOnce(&mut Command),
     ) -> (Output, serde_json::Value, f64) {
         let t = Instant::now();
-        let mut cmd = Command::new(BIN);
-        cmd.arg("apply");
-        more(&mut cmd);
-        if self.runtime.is_some() {
-            cmd.arg("--pods").arg(self.p("manifests/pod.yaml"));
-        }
-        let out = cmd
-            .arg("--kubelet-config")
-            .arg(self.p("config.yaml"))
-            .arg("--kubelet-config-dir")
-            .arg(self.p("conf.d"))
-            .arg("--state")
-            .arg(self.p("root/cpu_manager_state"))
-            .arg("--policy")
-            .arg(policy)
-            .args(["--restart", "command"])
-            .args(["--stop-command", &self.hook("stop.sh")])
-            .args(["--start-command", &self.hook("start.sh")])
-            .args(["--health-command", &self.hook("health.sh")])
-            .output()
-            .unwrap();
+        let out = self.apply_command(policy, more).output().unwrap();
         let secs = t.elapsed().as_secs_f64();
         let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
             panic!(
@@ -436,6 +419,42 @@ spec:
             )
         });
         (out, v, secs)
+    }
+
+    /// `apply` refusing `policy` before planning (exit 2, no report); its error text.
+    fn apply_refused(&self, policy: &Path) -> String {
+        let out = self.apply_command(policy, |_| {}).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}: expected a refusal; stdout {}",
+            policy.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// The `apply` command line on this kubelet's files and hooks.
+    fn apply_command(&self, policy: &Path, more: impl FnOnce(&mut Command)) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("apply");
+        more(&mut cmd);
+        if self.runtime.is_some() {
+            cmd.arg("--pods").arg(self.p("manifests/pod.yaml"));
+        }
+        cmd.arg("--kubelet-config")
+            .arg(self.p("config.yaml"))
+            .arg("--kubelet-config-dir")
+            .arg(self.p("conf.d"))
+            .arg("--state")
+            .arg(self.p("root/cpu_manager_state"))
+            .arg("--policy")
+            .arg(policy)
+            .args(["--restart", "command"])
+            .args(["--stop-command", &self.hook("stop.sh")])
+            .args(["--start-command", &self.hook("start.sh")])
+            .args(["--health-command", &self.hook("health.sh")]);
+        cmd
     }
 }
 
@@ -459,7 +478,12 @@ fn apply_on_a_real_kubelet() {
     let cpus = online_cpus();
     let all = cpuset(&cpus);
     let shared_strict = cpuset(&cpus.iter().copied().filter(|&c| c != 0).collect::<Vec<_>>());
-    let k = RealKubelet::new(&bin, None, "");
+    // Beta options off on the command line (case 6), where nodetopo cannot see it.
+    let k = RealKubelet::new(
+        &bin,
+        None,
+        "--feature-gates=CPUManagerPolicyBetaOptions=false",
+    );
     let mut checks = 0;
 
     // The node's kubelet before nodetopo: static, CPU 0 reserved, an empty drop-in directory.
@@ -567,8 +591,8 @@ fn apply_on_a_real_kubelet() {
     assert_eq!(k.starts(), 5);
     checks += 3;
 
-    // 5. A policy nodetopo accepts and the kubelet refuses (an alpha option with its gate
-    // off): the start fails, everything is rolled back, the kubelet runs again.
+    // 5. An alpha option whose gate the kubelet's configuration leaves off: nodetopo refuses
+    // it before planning, nothing is written and the kubelet is not restarted.
     let dropin = fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap();
     let alpha = k.policy(
         "alpha",
@@ -576,14 +600,34 @@ fn apply_on_a_real_kubelet() {
         "strict-cpu-reservation: \"true\", distribute-cpus-across-cores: \"true\"",
         "policy: best-effort",
     );
-    let (out, v, secs) = k.apply(&alpha);
+    let err = k.apply_refused(&alpha);
+    assert!(
+        err.contains("distribute-cpus-across-cores is alpha")
+            && err.contains("featureGates.CPUManagerPolicyAlphaOptions"),
+        "{err}"
+    );
+    assert_eq!(k.starts(), 5, "no restart for a refused policy");
+    assert_eq!(fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap(), dropin);
+    checks += 3;
+
+    // 6. A policy nodetopo accepts and the kubelet refuses: this kubelet runs with
+    // `--feature-gates=CPUManagerPolicyBetaOptions=false` on its command line, which nodetopo
+    // cannot see, and the policy asks for a beta option. The start fails, everything is rolled
+    // back, the kubelet runs again.
+    let beta = k.policy(
+        "beta",
+        "0",
+        "strict-cpu-reservation: \"true\", distribute-cpus-across-numa: \"true\"",
+        "policy: best-effort",
+    );
+    let (out, v, secs) = k.apply(&beta);
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     assert_eq!(v["reason"], "Failed", "{v:#}");
     let msg = v["message"].as_str().unwrap();
     println!("refused policy rolled back in {secs:.1} s: {msg}");
     for want in [
         "restarting the kubelet failed",
-        "Alpha-level Options not enabled",
+        "Beta-level Options not enabled",
         "restored",
     ] {
         assert!(msg.contains(want), "{want:?} in {msg}");
@@ -600,7 +644,7 @@ fn apply_on_a_real_kubelet() {
     checks += 8;
 
     println!(
-        "real kubelet: {checks} checks over 5 applies and {} kubelet starts",
+        "real kubelet: {checks} checks over 6 applies (one refused before planning) and {} kubelet starts",
         k.starts()
     );
 }
@@ -795,7 +839,7 @@ fn apply_waits_for_the_real_kubelets_node() {
         &bin,
         None,
         &format!(
-            "--kubeconfig '{}' --hostname-override {NODE}",
+            "--kubeconfig '{}' --hostname-override {NODE} --feature-gates=CPUManagerPolicyBetaOptions=false",
             cp.kubeconfig().display()
         ),
     );
@@ -859,16 +903,17 @@ fn apply_waits_for_the_real_kubelets_node() {
     checks += 7;
     println!("apply --node on a real kubelet: RestartOnly verified on the Node in {secs:.1} s");
 
-    // A policy the kubelet refuses: rolled back, and the rollback's kubelet is checked on
-    // the Node too.
-    let alpha = k.policy(
-        "alpha",
+    // A policy the kubelet refuses (a beta option; this kubelet has the beta gate off on its
+    // command line, which nodetopo cannot see): rolled back, and the rollback's kubelet is
+    // checked on the Node too.
+    let beta = k.policy(
+        "beta",
         "0",
-        "distribute-cpus-across-cores: \"true\"",
+        "distribute-cpus-across-numa: \"true\"",
         "policy: best-effort",
     );
     let before = epoch_seconds();
-    let (out, v, secs) = k.apply_with(&alpha, |c| {
+    let (out, v, secs) = k.apply_with(&beta, |c| {
         c.args(["--node", NODE, "--verify-seconds", "60"])
             .env("KUBECONFIG", &kubeconfig);
     });
@@ -876,7 +921,7 @@ fn apply_waits_for_the_real_kubelets_node() {
     assert_eq!(v["reason"], "Failed", "{v:#}");
     let msg = v["message"].as_str().unwrap();
     for want in [
-        "Alpha-level Options not enabled",
+        "Beta-level Options not enabled",
         "the previous configuration and state were restored and the kubelet restarted (healthy again)",
     ] {
         assert!(msg.contains(want), "{want:?} in {msg}");

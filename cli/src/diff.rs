@@ -118,6 +118,11 @@ pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let text = nodetopo_engine::files::read_text_bounded(&args.policy, kubelet::MAX_CONFIG_BYTES)
         .map_err(|e| anyhow::anyhow!("--policy {}: the file {e}", args.policy.display()))?;
     let desired = kubelet::desired_from_policy(&text, &args.policy)?;
+    kubelet::check_gates(
+        &args.kubelet_config,
+        args.kubelet_config_dir.as_deref(),
+        &desired,
+    )?;
     Ok(plan_change(ChangeInput {
         topology: &topology,
         current: &current,

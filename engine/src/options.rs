@@ -83,6 +83,38 @@ impl OptionTable {
         }
     }
 
+    /// Why the kubelet would refuse `options` under `gates` (its `featureGates`, absent
+    /// gates at their defaults: alpha off, beta on), one message per option, as the
+    /// kubelet's `CheckPolicyOptionAvailable` decides: every option present counts, whatever
+    /// its value. Unknown names are left to the option parser.
+    pub fn gate_problems<'a>(
+        &self,
+        options: impl IntoIterator<Item = &'a String>,
+        gates: &std::collections::BTreeMap<String, bool>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for name in options {
+            let Some(o) = self.get(name) else { continue };
+            let Some(gate) = self.gate(o.maturity) else {
+                continue;
+            };
+            let default = o.maturity == Maturity::Beta;
+            if !gates.get(&gate).copied().unwrap_or(default) {
+                out.push(format!(
+                    "{}: {name} is {} in the kubelet, which refuses it unless featureGates.{gate} is true ({})",
+                    self.field,
+                    o.maturity.label(),
+                    match gates.get(&gate) {
+                        Some(_) => "the kubelet's configuration sets it false".to_string(),
+                        None => "it is off by default and the kubelet's configuration does not set it"
+                            .to_string(),
+                    }
+                ));
+            }
+        }
+        out
+    }
+
     /// The options as a Markdown table (name, value, maturity and gate, conflicts, what it
     /// does); `docs/options.md` holds this text, and a test keeps them equal.
     pub fn markdown(&self) -> String {

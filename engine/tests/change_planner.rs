@@ -772,3 +772,94 @@ fn planner_table() {
     println!("change planner table: {n} plans checked, {n_bad} refused configurations checked");
     assert!(n + n_bad >= 30);
 }
+
+/// Feature gates (k8s.io/kubernetes v1.37.2's `CheckPolicyOptionAvailable` per manager):
+/// alpha options need the alpha gate (default off), beta ones the beta gate (default on),
+/// stable ones nothing; every option present counts, whatever its value.
+#[test]
+fn feature_gates_the_kubelet_checks() {
+    let gates = |pairs: &[(&str, bool)]| -> BTreeMap<String, bool> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    let stable = with_opt(
+        with_opt(static_cfg("0"), "strict-cpu-reservation", "true"),
+        "full-pcpus-only",
+        "true",
+    );
+    let alpha = with_opt(static_cfg("0"), "align-by-socket", "false");
+    let beta = with_opt(static_cfg("0"), "distribute-cpus-across-numa", "true");
+    let mut tm_stable = static_cfg("0");
+    tm_stable
+        .topology_manager_policy_options
+        .insert("max-allowable-numa-nodes".into(), "16".into());
+    type GateCase<'a> = (
+        &'a str,
+        &'a OwnedConfig,
+        BTreeMap<String, bool>,
+        &'a [&'a str],
+    );
+    let cases: Vec<GateCase> = vec![
+        ("stable options, no gates", &stable, gates(&[]), &[]),
+        (
+            "stable options, every gate off",
+            &stable,
+            gates(&[
+                ("CPUManagerPolicyAlphaOptions", false),
+                ("CPUManagerPolicyBetaOptions", false),
+            ]),
+            &[],
+        ),
+        (
+            "alpha option (value false), gate absent",
+            &alpha,
+            gates(&[]),
+            &[
+                "align-by-socket is alpha",
+                "CPUManagerPolicyAlphaOptions is true (it is off by default",
+            ],
+        ),
+        (
+            "alpha option, gate on",
+            &alpha,
+            gates(&[("CPUManagerPolicyAlphaOptions", true)]),
+            &[],
+        ),
+        (
+            "beta option, gate absent (on by default)",
+            &beta,
+            gates(&[]),
+            &[],
+        ),
+        (
+            "beta option, gate off",
+            &beta,
+            gates(&[("CPUManagerPolicyBetaOptions", false)]),
+            &[
+                "distribute-cpus-across-numa is beta",
+                "the kubelet's configuration sets it false",
+            ],
+        ),
+        (
+            "stable topology option, topology gates off",
+            &tm_stable,
+            gates(&[
+                ("TopologyManagerPolicyAlphaOptions", false),
+                ("TopologyManagerPolicyBetaOptions", false),
+            ]),
+            &[],
+        ),
+    ];
+    let n = cases.len();
+    for (name, cfg, g, want) in cases {
+        let got = nodetopo_engine::change::gate_problems(cfg, &g);
+        if want.is_empty() {
+            assert!(got.is_empty(), "{name}: {got:?}");
+        } else {
+            assert_eq!(got.len(), 1, "{name}: {got:?}");
+            for w in want {
+                assert!(got[0].contains(w), "{name}: {w:?} in {}", got[0]);
+            }
+        }
+    }
+    println!("feature-gate cases: {n}");
+}

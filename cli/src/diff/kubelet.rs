@@ -116,6 +116,19 @@ fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
             Some(_) => bail!("{}: {key} is not a string", file.display()),
         }
     }
+    match m.get("featureGates") {
+        None | Some(J::Null) => {}
+        Some(J::Object(gates)) => {
+            if let Some((k, _)) = gates.iter().find(|(_, v)| !v.is_boolean()) {
+                bail!(
+                    "{}: featureGates.{k} is not true or false; the kubelet refuses the file",
+                    file.display()
+                );
+            }
+            out.insert("featureGates".into(), J::Object(gates.clone()));
+        }
+        Some(_) => bail!("{}: featureGates is not a map", file.display()),
+    }
     for key in MAPS {
         match m.get(key) {
             None | Some(J::Null) => {}
@@ -162,28 +175,88 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
     }
 }
 
+/// The merged JSON of the owned keys and `featureGates` over the `--config` file and the
+/// drop-ins, and a function naming the last file that set a key.
+fn merge_files<'a>(
+    config: &'a Path,
+    dropins: &'a [PathBuf],
+) -> anyhow::Result<(serde_json::Value, impl Fn(&str) -> String + 'a)> {
+    let mut merged = config_layer(&read(config)?, config)?;
+    let mut layers = Vec::new();
+    for file in dropins {
+        let m = parse_file(&read(file)?, file)?;
+        merge_patch(&mut merged, &serde_json::Value::Object(m.clone()));
+        layers.push((file, m.keys().cloned().collect::<Vec<_>>()));
+    }
+    let last_set = move |key: &str| {
+        layers
+            .iter()
+            .rev()
+            .find(|(_, keys)| keys.iter().any(|k| k == key))
+            .map_or(config, |(f, _)| f.as_path())
+            .display()
+            .to_string()
+    };
+    Ok((merged, last_set))
+}
+
+/// The kubelet's `featureGates` from its config file and drop-in directory (merged as the
+/// owned fields are). Gates given on the kubelet's command line (`--feature-gates`) are not
+/// in these files and not seen.
+pub fn read_feature_gates(
+    config: &Path,
+    config_dir: Option<&Path>,
+) -> anyhow::Result<BTreeMap<String, bool>> {
+    let files = match config_dir {
+        Some(dir) => dropins(dir)?,
+        None => Vec::new(),
+    };
+    let (merged, last_set) = merge_files(config, &files)?;
+    match merged.get("featureGates") {
+        None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
+        Some(serde_json::Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::Bool(b) => Ok((k.clone(), *b)),
+                _ => bail!(
+                    "featureGates.{k} is not true or false (last set in {}); the kubelet refuses the merged configuration",
+                    last_set("featureGates")
+                ),
+            })
+            .collect(),
+        Some(_) => bail!(
+            "featureGates is not a map (last set in {})",
+            last_set("featureGates")
+        ),
+    }
+}
+
+/// Stops, naming each, on the options of `desired` that the kubelet would refuse under the
+/// feature gates of its files ([`read_feature_gates`]; see
+/// [`nodetopo_engine::change::gate_problems`]). nodetopo does not change feature gates.
+pub fn check_gates(
+    config: &Path,
+    config_dir: Option<&Path>,
+    desired: &OwnedConfig,
+) -> anyhow::Result<()> {
+    let gates = read_feature_gates(config, config_dir)?;
+    let problems = nodetopo_engine::change::gate_problems(desired, &gates);
+    if !problems.is_empty() {
+        bail!(
+            "the kubelet would refuse the policy's options, so nothing is planned or changed: {}; nodetopo does not change feature gates: enable the gate in the kubelet's configuration or drop the option",
+            problems.join("; ")
+        );
+    }
+    Ok(())
+}
+
 /// The owned fields after `files` (the `--config` file first, then drop-ins in order): the
 /// drop-ins are merged as JSON and the result decoded once at the end, as the kubelet does,
 /// so a value a later drop-in replaces is never type-checked. An owned field of the wrong
 /// type names the last file that set it.
 fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
     use serde_json::Value as J;
-    let mut merged = config_layer(&read(config)?, config)?;
-    let mut layers = Vec::new();
-    for file in dropins {
-        let m = parse_file(&read(file)?, file)?;
-        merge_patch(&mut merged, &J::Object(m.clone()));
-        layers.push((file, m));
-    }
-    let last_set = |key: &str| {
-        layers
-            .iter()
-            .rev()
-            .find(|(_, m)| m.contains_key(key))
-            .map_or(config, |(f, _)| f.as_path())
-            .display()
-            .to_string()
-    };
+    let (merged, last_set) = merge_files(config, dropins)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
             None | Some(J::Null) => Ok(String::new()),
@@ -570,6 +643,54 @@ mod tests {
         assert!(text.contains("\"align-by-socket\": null"), "{text}");
         std::fs::write(d.join(DROPIN_NAME), &text).unwrap();
         assert_eq!(read_effective(&main, Some(&d)).unwrap(), c);
+    }
+
+    #[test]
+    fn feature_gates_merge_and_gate_the_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        write(
+            &main,
+            "featureGates: {CPUManagerPolicyAlphaOptions: true, CPUManagerPolicyBetaOptions: false}\n",
+        );
+        let d = dir.path().join("conf.d");
+        write(
+            &d.join("50-site.conf"),
+            "featureGates: {CPUManagerPolicyBetaOptions: null, SomeGate: true}\n",
+        );
+        let gates = read_feature_gates(&main, Some(&d)).unwrap();
+        assert_eq!(
+            gates.into_iter().collect::<Vec<_>>(),
+            [
+                ("CPUManagerPolicyAlphaOptions".to_string(), true),
+                ("SomeGate".to_string(), true)
+            ]
+        );
+        let mut c = OwnedConfig {
+            cpu_manager_policy: "static".into(),
+            ..Default::default()
+        };
+        c.cpu_manager_policy_options
+            .insert("align-by-socket".into(), "true".into());
+        check_gates(&main, Some(&d), &c).unwrap();
+        write(
+            &d.join("60-off.conf"),
+            "featureGates: {CPUManagerPolicyAlphaOptions: false}\n",
+        );
+        let e = check_gates(&main, Some(&d), &c).unwrap_err().to_string();
+        assert!(
+            e.contains("align-by-socket is alpha") && e.contains("sets it false"),
+            "{e}"
+        );
+        write(
+            &d.join("70-bad.conf"),
+            "featureGates: {SomeGate: \"yes\"}\n",
+        );
+        let e = read_feature_gates(&main, Some(&d)).unwrap_err().to_string();
+        assert!(
+            e.contains("featureGates.SomeGate") && e.contains("70-bad.conf"),
+            "{e}"
+        );
     }
 
     #[test]

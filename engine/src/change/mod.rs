@@ -351,6 +351,20 @@ pub struct ChangeInput<'a> {
     pub desired: &'a OwnedConfig,
 }
 
+/// Why a kubelet with feature gates `gates` (its `featureGates`; absent ones at their
+/// defaults) would refuse the options of `desired`: alpha options need the manager's
+/// `...PolicyAlphaOptions` gate, beta ones its `...PolicyBetaOptions` gate (on by default).
+/// Empty when it accepts them. Gates given on the kubelet's command line are not seen here.
+pub fn gate_problems(desired: &OwnedConfig, gates: &BTreeMap<String, bool>) -> Vec<String> {
+    let mut out = crate::cpumanager::options::CPU_OPTION_TABLE
+        .gate_problems(desired.cpu_manager_policy_options.keys(), gates);
+    out.extend(
+        crate::topologymanager::options::TM_OPTION_TABLE
+            .gate_problems(desired.topology_manager_policy_options.keys(), gates),
+    );
+    out
+}
+
 /// The owned fields that differ, as `field: old -> new`.
 pub fn config_diff(current: &OwnedConfig, desired: &OwnedConfig) -> Vec<String> {
     let map = |m: &BTreeMap<String, String>| {

@@ -25,7 +25,8 @@ pub const STRICT_CPU_RESERVATION: &str = "strict-cpu-reservation";
 pub const PREFER_ALIGN_CPUS_BY_UNCORECACHE: &str = "prefer-align-cpus-by-uncorecache";
 
 /// The static policy's options, in the kubelet's declaration order (`policy_options.go`),
-/// with their maturity there. Feature gates are not modelled when parsing (every option is
+/// with their maturity there (k8s.io/kubernetes v1.37.2: strict-cpu-reservation and
+/// prefer-align-cpus-by-uncorecache are stable, distribute-cpus-across-numa beta). Feature gates are not modelled when parsing (every option is
 /// available); the maturity feeds the docs table.
 pub const CPU_OPTIONS: [PolicyOption; 6] = [
     PolicyOption {
@@ -55,13 +56,13 @@ pub const CPU_OPTIONS: [PolicyOption; 6] = [
     PolicyOption {
         name: STRICT_CPU_RESERVATION,
         kind: OptionKind::Bool,
-        maturity: Maturity::Beta,
+        maturity: Maturity::Ga,
         summary: "reserved CPUs leave the shared pool too",
     },
     PolicyOption {
         name: PREFER_ALIGN_CPUS_BY_UNCORECACHE,
         kind: OptionKind::Bool,
-        maturity: Maturity::Beta,
+        maturity: Maturity::Ga,
         summary: "pack requests into the fewest uncore caches",
     },
 ];

@@ -60,7 +60,7 @@ impl Default for OptionGates {
 }
 
 /// The options this implementation knows, with their level in the kubelet revision we
-/// follow (prefer-closest GA, max-allowable beta).
+/// follow (k8s.io/kubernetes v1.37.2: both stable).
 pub const TM_OPTIONS: [PolicyOption; 2] = [
     PolicyOption {
         name: PREFER_CLOSEST_NUMA_NODES,
@@ -73,7 +73,7 @@ pub const TM_OPTIONS: [PolicyOption; 2] = [
         kind: OptionKind::Count {
             min: DEFAULT_MAX_ALLOWABLE_NUMA_NODES as u32,
         },
-        maturity: Maturity::Beta,
+        maturity: Maturity::Ga,
         summary: "the largest NUMA-node count the topology manager accepts (default 8)",
     },
 ];
