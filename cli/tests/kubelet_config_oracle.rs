@@ -21,7 +21,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nodetopo_cli::diff::kubelet::{read_below_dropin, read_effective, render_dropin, DROPIN_NAME};
+use nodetopo_cli::diff::kubelet::{
+    read_below_dropin, read_effective, read_feature_gates, render_dropin, DROPIN_NAME,
+};
 use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::{quantity, CpuSet};
 use serde::Deserialize;
@@ -114,6 +116,23 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             &opts,
             &["\"true\"", "\"false\""],
         );
+    }
+    if r.chance(25) {
+        // Real gate names (the kubelet refuses unknown ones); null deletes in a drop-in.
+        let gates = [
+            "CPUManagerPolicyAlphaOptions",
+            "CPUManagerPolicyBetaOptions",
+            "TopologyManagerPolicyAlphaOptions",
+        ];
+        out.push_str("featureGates:\n");
+        for g in gates.iter().take(1 + r.below(gates.len())) {
+            let v = if !config_file && r.chance(20) {
+                "null"
+            } else {
+                r.pick(&["true", "false"])
+            };
+            out.push_str(&format!("  {g}: {v}\n"));
+        }
     }
     // In the --config file a null map value decodes as "", which is no CPU quantity: the
     // kubelet fails on it later than the configuration loading asked here, so the config
@@ -277,6 +296,7 @@ struct Owned {
     topology_manager_policy_options: Option<BTreeMap<String, String>>,
     kube_reserved_cpu: String,
     system_reserved_cpu: String,
+    feature_gates: Option<BTreeMap<String, bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -394,6 +414,7 @@ fn config_reading_agrees_with_the_kubelet() {
     let answers = ask(&bin, &cases);
     assert_eq!(answers.len(), n, "the oracle answered every case");
     let (mut both_read, mut both_refused, mut ours_exact, mut ours_overridden) = (0, 0, 0, 0);
+    let mut with_gates = 0;
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (case, answer)) in cases.iter().zip(&answers).enumerate() {
         let files = || {
@@ -415,13 +436,25 @@ fn config_reading_agrees_with_the_kubelet() {
         let ours = read_effective(&case.config(), Some(&case.config_dir()));
         match (&ours, answer.ok) {
             (Ok(ours), true) => {
-                let kubelet = kubelet_owned(answer.owned.as_ref().expect("owned"));
+                let owned = answer.owned.as_ref().expect("owned");
+                let kubelet = kubelet_owned(owned);
                 assert_eq!(
                     ours.normalized(),
                     kubelet,
                     "owned fields differ\n{}",
                     files()
                 );
+                let gates = read_feature_gates(&case.config(), Some(&case.config_dir()))
+                    .expect("feature gates of files both read");
+                assert_eq!(
+                    gates,
+                    owned.feature_gates.clone().unwrap_or_default(),
+                    "featureGates differ\n{}",
+                    files()
+                );
+                if !gates.is_empty() {
+                    with_gates += 1;
+                }
                 both_read += 1;
                 if let Some((wanted, later)) = &case.ours {
                     if *later {
@@ -472,7 +505,7 @@ fn config_reading_agrees_with_the_kubelet() {
         }
     }
     println!(
-        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields equal), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
+        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
         ours_exact + ours_overridden
     );
     assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10);

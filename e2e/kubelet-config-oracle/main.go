@@ -43,6 +43,7 @@ type owned struct {
 	TopologyManagerPolicyOptions map[string]string `json:"topologyManagerPolicyOptions"`
 	KubeReservedCPU              string            `json:"kubeReservedCpu"`
 	SystemReservedCPU            string            `json:"systemReservedCpu"`
+	FeatureGates                 map[string]bool   `json:"featureGates"`
 	SkippedFiles                 []string          `json:"skippedFiles"`
 }
 
@@ -82,6 +83,7 @@ func effective(req request) (*owned, error) {
 		TopologyManagerPolicy:        kc.TopologyManagerPolicy,
 		TopologyManagerScope:         kc.TopologyManagerScope,
 		TopologyManagerPolicyOptions: kc.TopologyManagerPolicyOptions,
+		FeatureGates:                 kc.FeatureGates,
 		SkippedFiles:                 skipped,
 	}
 	if q, ok := kc.KubeReserved["cpu"]; ok {
