@@ -788,8 +788,8 @@ fn feature_gates_the_kubelet_checks() {
     );
     let alpha = with_opt(static_cfg("0"), "align-by-socket", "false");
     let beta = with_opt(static_cfg("0"), "distribute-cpus-across-numa", "true");
-    let mut tm_stable = static_cfg("0");
-    tm_stable
+    let mut tm_beta = static_cfg("0");
+    tm_beta
         .topology_manager_policy_options
         .insert("max-allowable-numa-nodes".into(), "16".into());
     type GateCase<'a> = (
@@ -840,13 +840,10 @@ fn feature_gates_the_kubelet_checks() {
             ],
         ),
         (
-            "stable topology option, topology gates off",
-            &tm_stable,
-            gates(&[
-                ("TopologyManagerPolicyAlphaOptions", false),
-                ("TopologyManagerPolicyBetaOptions", false),
-            ]),
-            &[],
+            "beta topology option (the vectors' revision), topology beta gate off",
+            &tm_beta,
+            gates(&[("TopologyManagerPolicyBetaOptions", false)]),
+            &["max-allowable-numa-nodes is beta"],
         ),
     ];
     let n = cases.len();

@@ -59,8 +59,10 @@ impl Default for OptionGates {
     }
 }
 
-/// The options this implementation knows, with their level in the kubelet revision we
-/// follow (k8s.io/kubernetes v1.37.2: both stable).
+/// The options this implementation knows, with their level in the kubelet revision of the
+/// vendored vectors (prefer-closest GA, max-allowable beta; the vectors' README notes that
+/// the newest branch, and k8s.io/kubernetes v1.37.2, have both GA). The vectors win: a
+/// kubelet of that revision refuses max-allowable-numa-nodes with the beta gate off.
 pub const TM_OPTIONS: [PolicyOption; 2] = [
     PolicyOption {
         name: PREFER_CLOSEST_NUMA_NODES,
@@ -73,7 +75,7 @@ pub const TM_OPTIONS: [PolicyOption; 2] = [
         kind: OptionKind::Count {
             min: DEFAULT_MAX_ALLOWABLE_NUMA_NODES as u32,
         },
-        maturity: Maturity::Ga,
+        maturity: Maturity::Beta,
         summary: "the largest NUMA-node count the topology manager accepts (default 8)",
     },
 ];
