@@ -3,7 +3,7 @@
 //! for the generation being applied, so an `Applied` True verdict states what the restarted
 //! kubelet did rather than what it did before.
 //!
-//! The agent's main loop publishes, after each cycle, what it last saw of the kubelet
+//! The agent's main loop publishes, after each cycle that read the kubelet, what it saw
 //! ([`AgreementSeen`]: when the kubelet was read, the spec generation in effect, the
 //! `KubeletAgreement` condition and its differences) on a watch channel, and reads the
 //! kubelet at once when asked (a [`tokio::sync::Notify`]), so the check does not wait for

@@ -320,7 +320,9 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             let _ = tx.send(Some(status.clone()));
             cycle.published(status);
         }
-        if let Some(read_at) = last_read {
+        // What the verify step of an apply waits for: the agreement of each kubelet read (a
+        // cycle without one leaves it as it was, so pod events cost nothing here).
+        if let Some(read_at) = last_read.filter(|_| kubelet_read) {
             let (condition, differences) = core.kubelet_agreement();
             let seen = AgreementSeen {
                 read_at,
