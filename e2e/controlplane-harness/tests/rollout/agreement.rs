@@ -121,17 +121,16 @@ async fn kubelet_disagreeing_after_the_restart_rolls_back() {
         "{message}"
     );
     let diff = format!("{NS}/db/app (kubelet \"{elsewhere}\", nodetopo \"{placed}\")");
-    for want in [
+    assert_names_all(
+        "g1",
+        &message,
+        &[
         "verification failed: the restarted kubelet failed its checks: KubeletAgreement not confirmed within 5s (--actuation-verify-seconds) of the kubelet restart",
         "KubeletAgreement False after the restart with 1 differences not present before the apply",
         diff.as_str(),
         "the previous configuration and state were restored and the kubelet restarted (healthy again)",
-    ] {
-        assert!(
-            message.contains(want),
-            "the message names {want:?}: {message}"
-        );
-    }
+        ],
+    );
     assert!(
         !kd.join("conf.d/90-nodetopo.conf").exists(),
         "the drop-in that did not exist before is removed again"

@@ -343,6 +343,16 @@ pub(crate) async fn create_nodes(nodes: &Api<Node>, names: &[&str], pool: Option
     }
 }
 
+/// Asserts that `message` contains every one of `wants` (`what` names whose message it is).
+pub(crate) fn assert_names_all(what: &str, message: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(
+            message.contains(want),
+            "{what}: the message names {want:?}: {message}"
+        );
+    }
+}
+
 /// (status, reason, message) of the Applied condition for the object's current generation.
 pub(crate) fn applied(nt: &NodeTopology) -> Option<(String, String, String)> {
     let c = nt

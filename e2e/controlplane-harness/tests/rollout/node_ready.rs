@@ -70,18 +70,17 @@ async fn node_not_ready_after_the_restart_rolls_back() {
         ("False", "Failed"),
         "{message}"
     );
-    for want in [
-        "verification failed",
-        "Node n1 is not Ready again after waiting 3s",
-        "Ready=Unknown",
-        "restored",
-        "the kubelet restarted",
-    ] {
-        assert!(
-            message.contains(want),
-            "the message names {want:?}: {message}"
-        );
-    }
+    assert_names_all(
+        "n1",
+        &message,
+        &[
+            "verification failed",
+            "Node n1 is not Ready again after waiting 3s",
+            "Ready=Unknown",
+            "restored",
+            "the kubelet restarted",
+        ],
+    );
     assert!(
         !kd1.join("conf.d/90-nodetopo.conf").exists(),
         "n1: the drop-in that did not exist before must be removed again"
