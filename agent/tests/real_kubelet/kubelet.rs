@@ -279,6 +279,24 @@ curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null || {{ echo 'hea
         fs::read_to_string(self.p(&format!("kubelet.{start}.log"))).unwrap()
     }
 
+    /// The log of start number `start` once it holds `line`. Lines the kubelet writes after it
+    /// answers healthz (pods from its static pod directory, their syncs) can come after an
+    /// apply has returned, later still on a loaded machine.
+    pub(crate) fn log_once(&self, start: u32, line: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let log = self.log(start);
+            if log.contains(line) {
+                return log;
+            }
+            assert!(
+                t.elapsed().as_secs() < 60,
+                "start {start}: no {line:?} in the kubelet's log within 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub(crate) fn running(&self) -> bool {
         self.run_hook("health.sh").status.success()
     }

@@ -264,11 +264,24 @@ fn apply_keeps_a_pinned_pod_on_a_real_kubelet() {
     let eff = k.effective(2);
     assert_eq!(owned(&eff, "topologyManagerPolicy"), "single-numa-node");
     assert_eq!(owned(&eff, "topologyManagerScope"), "pod");
+    // The kubelet answers healthz before its static pod source delivers the pod, so the
+    // re-admission can come after the apply has returned: wait for it, then for that pod's
+    // first sync (the mirror pod is asked for right before the runtime's SyncPod), then for
+    // one PLEG relist (1 s) to see a container the sync would have killed or started.
+    let admitted = format!("\"Static policy: container already present in state, skipping\" pod=\"default/pinned-vm\" podUID=\"{PINNED_UID}\" containerName=\"app\"");
+    let log = k.log_once(2, &admitted);
+    let synced = "\"Creating a mirror pod for static pod\" pod=\"default/pinned-vm\"";
+    let after = log.find(&admitted).unwrap();
+    let t = Instant::now();
+    while !k.log(2)[after..].contains(synced) {
+        assert!(
+            t.elapsed().as_secs() < 60,
+            "the restarted kubelet did not sync the pinned pod within 60 s of re-admitting it"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
     let log = k.log(2);
-    assert!(
-        log.contains(&format!("\"Static policy: container already present in state, skipping\" pod=\"default/pinned-vm\" podUID=\"{PINNED_UID}\" containerName=\"app\"")),
-        "the restarted kubelet did not re-admit the pinned pod with its CPU"
-    );
     for absent in [
         "Need to start a new one",
         "Killing container",
