@@ -15,6 +15,7 @@ use nodetopo_engine::change::{plan_change, ChangeInput, ChangePlan, KubeletCpuSt
 use nodetopo_engine::{CpuTopology, Pod};
 
 pub mod kubelet;
+pub mod kubelet_yaml;
 
 /// The largest checkpoint file read.
 pub const MAX_STATE_BYTES: u64 = 16 << 20;

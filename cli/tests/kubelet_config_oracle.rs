@@ -5,9 +5,13 @@
 //!
 //! Random cases (`NODETOPO_CONFIG_ORACLE_CASES`, default 1,500; `NODETOPO_CONFIG_ORACLE_SEED`):
 //! a config file and up to five drop-ins (top level and in subdirectories, some not ending
-//! in `.conf`) setting, resetting (`null`) and merging the owned fields, sometimes with a
-//! file the kubelet refuses (no apiVersion/kind, another apiVersion, empty, a non-string
-//! option value). In about half of them nodetopo's own drop-in, rendered for a random wanted
+//! in `.conf`) setting, resetting (a null) and merging the owned fields, in the spellings
+//! YAML 1.1 allows (plain, quoted or `!!str` strings; `yes`, `on`, `n` and other booleans;
+//! `~` and empty nulls; `<<` merge keys, also through an anchor; a second document; a key
+//! set twice in the config file), sometimes with a file the kubelet refuses (no
+//! apiVersion/kind, another apiVersion, empty, a boolean option value, plain or YAML 1.1
+//! `yes`, a key set twice in a drop-in, a number for reservedSystemCPUs, a quoted feature
+//! gate). In about half of them nodetopo's own drop-in, rendered for a random wanted
 //! configuration over what the earlier files set, is `90-nodetopo.conf`. Checked:
 //! - the kubelet refuses exactly the cases nodetopo's reader refuses;
 //! - where both read the files, the owned fields are equal (defaults applied);
@@ -60,41 +64,104 @@ const CPU_OPTIONS: [&str; 4] = [
 ];
 const TM_OPTIONS: [&str; 2] = ["prefer-closest-numa-nodes", "max-allowable-numa-nodes"];
 
-/// One owned field as a YAML line (or lines), chosen at random: set, reset (`null`), or
-/// for maps, merged with some keys set and some deleted.
+/// A YAML spelling of the string `v`, chosen at random: plain where YAML 1.1 keeps it a
+/// string, single- or double-quoted, or tagged `!!str`.
+fn spell(r: &mut Rng, v: &str) -> String {
+    let plain_is_string = !v.is_empty()
+        && !v.bytes().all(|b| b.is_ascii_digit())
+        && !["true", "false", "yes", "no", "on", "off", "y", "n", "null"]
+            .contains(&v.to_ascii_lowercase().as_str());
+    match r.below(4) {
+        0 if plain_is_string => v.to_string(),
+        1 => format!("'{v}'"),
+        2 if !v.is_empty() => format!("!!str {v}"),
+        _ => format!("\"{v}\""),
+    }
+}
+
+/// A YAML spelling of null (all of them reset a field in a drop-in).
+fn null(r: &mut Rng) -> &'static str {
+    r.pick(&["null", "~", "Null", ""])
+}
+
+/// A YAML 1.1 spelling of a boolean, as go-yaml v2 reads it.
+fn boolean(r: &mut Rng) -> &'static str {
+    if r.chance(50) {
+        r.pick(&["true", "True", "yes", "on", "Y"])
+    } else {
+        r.pick(&["false", "FALSE", "no", "off", "n"])
+    }
+}
+
+/// One owned field as a YAML line (or lines), chosen at random: set, reset (a null), or
+/// for maps, merged with some keys set and some deleted; in the spellings YAML 1.1 allows
+/// (quoted or not, `yes`/`on`/`~`, `<<` merge keys, anchors, a second document, a key set
+/// twice in the `--config` file, where the later wins).
 fn random_fields(r: &mut Rng, config_file: bool) -> String {
     let mut out = String::new();
+    let scalar = |r: &mut Rng, out: &mut String, key: &str, values: &[&str]| {
+        let v = r.pick(values);
+        let v = if v == "null" {
+            null(r).to_string()
+        } else {
+            spell(r, v)
+        };
+        out.push_str(&format!("{key}: {v}\n"));
+    };
     if r.chance(50) {
-        let v = r.pick(&["static", "none", "null"]);
-        out.push_str(&format!("cpuManagerPolicy: {v}\n"));
+        scalar(r, &mut out, "cpuManagerPolicy", &["static", "none", "null"]);
+        if config_file && r.chance(15) {
+            // Set twice: the kubelet's lenient decoding keeps the later value.
+            scalar(r, &mut out, "cpuManagerPolicy", &["static", "none"]);
+        }
     }
     if r.chance(40) {
-        let v = r.pick(&["\"0,32\"", "\"0-1,32-33\"", "\"0-3\"", "null", "\"\""]);
-        out.push_str(&format!("reservedSystemCPUs: {v}\n"));
+        scalar(
+            r,
+            &mut out,
+            "reservedSystemCPUs",
+            &["0,32", "0-1,32-33", "0-3", "null", ""],
+        );
     }
     if r.chance(40) {
-        let v = r.pick(&[
-            "none",
-            "best-effort",
-            "restricted",
-            "single-numa-node",
-            "null",
-        ]);
-        out.push_str(&format!("topologyManagerPolicy: {v}\n"));
+        scalar(
+            r,
+            &mut out,
+            "topologyManagerPolicy",
+            &[
+                "none",
+                "best-effort",
+                "restricted",
+                "single-numa-node",
+                "null",
+            ],
+        );
     }
     if r.chance(30) {
-        let v = r.pick(&["container", "pod", "null"]);
-        out.push_str(&format!("topologyManagerScope: {v}\n"));
+        let v = r.pick(&["container", "pod"]);
+        match r.below(4) {
+            // A YAML 1.1 merge key, directly or through an anchor.
+            0 => out.push_str(&format!("<<: {{topologyManagerScope: {v}}}\n")),
+            1 => out.push_str(&format!(
+                "x-nodetopo-test: &scope {{topologyManagerScope: {v}}}\n<<: *scope\n"
+            )),
+            _ => scalar(r, &mut out, "topologyManagerScope", &[v, "null"]),
+        }
     }
     let map = |r: &mut Rng, out: &mut String, key: &str, names: &[&str], values: &[&str]| {
         if r.chance(15) {
-            out.push_str(&format!("{key}: null\n"));
+            out.push_str(&format!("{key}: {}\n", null(r)));
             return;
         }
         out.push_str(&format!("{key}:\n"));
         let n = 1 + r.below(names.len());
         for name in names.iter().take(n) {
-            let v = if r.chance(25) { "null" } else { r.pick(values) };
+            let v = if r.chance(25) {
+                null(r).to_string()
+            } else {
+                let v = r.pick(values);
+                spell(r, v)
+            };
             out.push_str(&format!("  {name}: {v}\n"));
         }
     };
@@ -104,7 +171,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             &mut out,
             "cpuManagerPolicyOptions",
             &CPU_OPTIONS,
-            &["\"true\"", "\"false\""],
+            &["true", "false"],
         );
     }
     if r.chance(25) {
@@ -114,7 +181,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             &mut out,
             "topologyManagerPolicyOptions",
             &opts,
-            &["\"true\"", "\"false\""],
+            &["true", "false"],
         );
     }
     if r.chance(25) {
@@ -127,9 +194,9 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         out.push_str("featureGates:\n");
         for g in gates.iter().take(1 + r.below(gates.len())) {
             let v = if !config_file && r.chance(20) {
-                "null"
+                null(r)
             } else {
-                r.pick(&["true", "false"])
+                boolean(r)
             };
             out.push_str(&format!("  {g}: {v}\n"));
         }
@@ -139,18 +206,24 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
     // file gets plain values.
     if r.chance(25) {
         let key = r.pick(&["kubeReserved", "systemReserved"]);
-        let values = ["\"500m\"", "\"1\"", "\"1500m\""];
+        let values = ["500m", "1", "1500m"];
         if config_file {
-            out.push_str(&format!("{key}:\n  cpu: {}\n", r.pick(&values)));
+            let v = r.pick(&values);
+            let v = spell(r, v);
+            out.push_str(&format!("{key}:\n  cpu: {v}\n"));
         } else {
             map(r, &mut out, key, &["cpu", "memory"], &values);
         }
+    }
+    if r.chance(10) {
+        // Only the first document is read.
+        out.push_str("---\ncpuManagerPolicy: 5\n");
     }
     out
 }
 
 /// What makes the kubelet refuse a drop-in, and what nodetopo must say about it.
-const FAULTS: [(&str, &str); 4] = [
+const FAULTS: [(&str, &str); 8] = [
     ("no apiVersion/kind", "maxPods: 110\n"),
     (
         "another apiVersion",
@@ -160,6 +233,22 @@ const FAULTS: [(&str, &str); 4] = [
     (
         "a boolean option value",
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicyOptions:\n  full-pcpus-only: true\n",
+    ),
+    (
+        "a YAML 1.1 boolean option value",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicyOptions:\n  full-pcpus-only: yes\n",
+    ),
+    (
+        "a key set twice in a drop-in",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntopologyManagerScope: pod\ntopologyManagerScope: container\n",
+    ),
+    (
+        "a number for reservedSystemCPUs",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nreservedSystemCPUs: 3\n",
+    ),
+    (
+        "a quoted feature gate",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  CPUManagerPolicyBetaOptions: \"true\"\n",
     ),
 ];
 

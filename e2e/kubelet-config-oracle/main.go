@@ -17,7 +17,9 @@ import (
 	"os"
 	_ "unsafe" // go:linkname
 
+	"github.com/go-logr/logr"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 	_ "k8s.io/kubernetes/cmd/kubelet/app" // links the functions bound below
 	kubeletconfiginternal "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	kubeletconfigvalidation "k8s.io/kubernetes/pkg/kubelet/apis/config/validation"
@@ -96,6 +98,9 @@ func effective(req request) (*owned, error) {
 }
 
 func main() {
+	// The kubelet's loading logs as it goes ("Using lenient decoding as strict decoding
+	// failed"); the answers carry every error, so the log is dropped.
+	klog.SetLogger(logr.Discard())
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<24)
 	out := json.NewEncoder(os.Stdout)

@@ -24,6 +24,8 @@ use nodetopo_engine::quantity;
 use nodetopo_engine::CpuSet;
 use serde_yaml::Value;
 
+use super::kubelet_yaml::{self, Keys};
+
 /// The name of nodetopo's drop-in file.
 pub const DROPIN_NAME: &str = "90-nodetopo.conf";
 /// The kubelet's default drop-in directory in nodetopo's chart.
@@ -69,11 +71,13 @@ const MAPS: [&str; 4] = [
     "systemReserved",
 ];
 
-/// One configuration file as JSON, after the checks the kubelet makes on every file (not
-/// empty, a mapping, apiVersion and kind).
+/// One configuration file as JSON ([`kubelet_yaml`]: YAML 1.1 as the kubelet reads it; a
+/// key given twice wins last in the `--config` file and is an error in a drop-in), after the
+/// checks the kubelet makes on every file (not empty, a mapping, apiVersion and kind).
 fn parse_file(
     text: &str,
     file: &Path,
+    keys: Keys,
 ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
     if text.trim().is_empty() {
         bail!(
@@ -81,10 +85,8 @@ fn parse_file(
             file.display()
         );
     }
-    let doc: Value =
-        serde_yaml::from_str(text).with_context(|| format!("{}: not YAML", file.display()))?;
-    let json = serde_json::to_value(&doc)
-        .with_context(|| format!("{}: not a KubeletConfiguration object", file.display()))?;
+    let json = kubelet_yaml::to_json(text, keys)
+        .map_err(|e| anyhow::anyhow!("{}: not YAML the kubelet reads: {e}", file.display()))?;
     let serde_json::Value::Object(m) = json else {
         bail!("{}: not a KubeletConfiguration object", file.display());
     };
@@ -105,7 +107,7 @@ fn parse_file(
 /// the drop-ins are merged over.
 fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
     use serde_json::Value as J;
-    let m = parse_file(text, file)?;
+    let m = parse_file(text, file, Keys::LastWins)?;
     let mut out = serde_json::Map::new();
     for key in SCALARS {
         match m.get(key) {
@@ -184,7 +186,7 @@ fn merge_files<'a>(
     let mut merged = config_layer(&read(config)?, config)?;
     let mut layers = Vec::new();
     for file in dropins {
-        let m = parse_file(&read(file)?, file)?;
+        let m = parse_file(&read(file)?, file, Keys::Unique)?;
         merge_patch(&mut merged, &serde_json::Value::Object(m.clone()));
         layers.push((file, m.keys().cloned().collect::<Vec<_>>()));
     }
@@ -212,6 +214,15 @@ pub fn read_feature_gates(
         None => Vec::new(),
     };
     let (merged, last_set) = merge_files(config, &files)?;
+    gates_of(&merged, &last_set)
+}
+
+/// The `featureGates` of the merged configuration; a value other than true or false makes
+/// the kubelet refuse the whole configuration.
+fn gates_of(
+    merged: &serde_json::Value,
+    last_set: &impl Fn(&str) -> String,
+) -> anyhow::Result<BTreeMap<String, bool>> {
     match merged.get("featureGates") {
         None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
         Some(serde_json::Value::Object(m)) => m
@@ -257,6 +268,7 @@ pub fn check_gates(
 fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
     use serde_json::Value as J;
     let (merged, last_set) = merge_files(config, dropins)?;
+    gates_of(&merged, &last_set)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
             None | Some(J::Null) => Ok(String::new()),
@@ -689,6 +701,50 @@ mod tests {
         let e = read_feature_gates(&main, Some(&d)).unwrap_err().to_string();
         assert!(
             e.contains("featureGates.SomeGate") && e.contains("70-bad.conf"),
+            "{e}"
+        );
+        // The kubelet refuses the whole configuration over it, so the owned fields too.
+        let e = read_effective(&main, Some(&d)).unwrap_err().to_string();
+        assert!(e.contains("featureGates.SomeGate"), "{e}");
+    }
+
+    #[test]
+    fn yaml_is_read_as_the_kubelet_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        // YAML 1.1 booleans, a merge key, a key given twice (the later wins in the config
+        // file) and a second document that is never read.
+        write(
+            &main,
+            "featureGates: {CPUManagerPolicyAlphaOptions: on, CPUManagerPolicyBetaOptions: n}\nbase: &b {topologyManagerScope: pod}\n<<: *b\ncpuManagerPolicy: none\ncpuManagerPolicy: static\n---\ncpuManagerPolicy: 5\n",
+        );
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir_all(&d).unwrap();
+        let gates = read_feature_gates(&main, Some(&d)).unwrap();
+        assert!(gates["CPUManagerPolicyAlphaOptions"]);
+        assert!(!gates["CPUManagerPolicyBetaOptions"]);
+        let c = read_effective(&main, Some(&d)).unwrap();
+        assert_eq!(c.cpu_manager_policy, "static");
+        assert_eq!(c.topology_manager_scope, "pod");
+        // `yes` is a boolean where the kubelet wants a string.
+        write(
+            &d.join("10-opts.conf"),
+            "cpuManagerPolicyOptions: {full-pcpus-only: yes}\n",
+        );
+        let e = read_effective(&main, Some(&d)).unwrap_err().to_string();
+        assert!(
+            e.contains("cpuManagerPolicyOptions.full-pcpus-only is not a string")
+                && e.contains("10-opts.conf"),
+            "{e}"
+        );
+        // A key given twice in a drop-in: the kubelet decodes drop-ins strictly.
+        write(
+            &d.join("10-opts.conf"),
+            "cpuManagerPolicy: static\ncpuManagerPolicy: none\n",
+        );
+        let e = read_effective(&main, Some(&d)).unwrap_err().to_string();
+        assert!(
+            e.contains("10-opts.conf") && e.contains("line 4") && e.contains("already set"),
             "{e}"
         );
     }
