@@ -142,6 +142,7 @@ render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket
 render actuation --set agent.actuation.enabled=true
 render actuation-private --set agent.actuation.enabled=true --set agent.actuation.systemdBus=private
 render actuation-none --set agent.actuation.enabled=true --set agent.actuation.restart=none
+render actuation-no-proc --set agent.actuation.enabled=true --set agent.actuation.checkKubeletProcess=false
 render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
   --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
   --set "agent.actuation.startCommand=/usr/local/bin/kubelet-ctl start"
@@ -168,7 +169,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-command; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -461,6 +462,24 @@ if actuation_on:
     agent_allowed[("", "nodes")] = {"get"}
     check(agent.get(("", "nodes")) == {"get"}, "agent (actuation): may get Nodes (verify: Node Ready)")
     check("--actuation-verify-seconds=120" in agent_args, "agent (actuation): --actuation-verify-seconds from agent.actuation.verifySeconds")
+    # The kubelet's command line is checked in the host's /proc, mounted read-only, against
+    # the host paths of its files.
+    proc_vols = [v for w in by_kind("DaemonSet") if component(w) == "agent"
+                 for v in w["spec"]["template"]["spec"].get("volumes", [])
+                 if v.get("hostPath", {}).get("path") == "/proc"]
+    proc_mounts = [m for w in by_kind("DaemonSet") if component(w) == "agent"
+                   for c in w["spec"]["template"]["spec"].get("containers", [])
+                   for m in c.get("volumeMounts", []) if proc_vols and m["name"] == proc_vols[0]["name"]]
+    if "--no-kubelet-process-check" in agent_args:
+        check(not proc_vols and not any(a.startswith("--host-proc") for a in agent_args),
+              "agent (actuation, no process check): no /proc mount, no --host-proc")
+    else:
+        check(len(proc_vols) == 1 and len(proc_mounts) == 1 and proc_mounts[0].get("readOnly") is True
+              and proc_mounts[0]["mountPath"] == "/host/proc",
+              "agent (actuation): the host's /proc mounted read-only at /host/proc")
+        check({"--host-proc=/host/proc", "--kubelet-host-config=/var/lib/kubelet/config.yaml",
+               "--kubelet-host-config-dir=/etc/kubernetes/kubelet.conf.d"} <= set(agent_args),
+              "agent (actuation): the kubelet process checked against the host paths of its files")
 else:
     check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
 check(agent, "agent ClusterRole rendered")
@@ -623,7 +642,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-command yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -663,6 +682,14 @@ if grep -q -- "--nrt" "$WORK/nrt-no-podresources.yaml" && ! grep -q -- "--pod-re
   pass "nrt.enabled with agent.podResourcesSocket empty: --nrt without --pod-resources-socket"
 else
   fail "nrt.enabled with agent.podResourcesSocket empty renders the wrong agent flags"
+fi
+# The host's /proc only with actuation and its kubelet process check.
+if ! grep -q "path: /proc$" "$WORK/defaults.yaml" && ! grep -q "path: /proc$" "$WORK/actuation-no-proc.yaml" &&
+  grep -q -- "--no-kubelet-process-check" "$WORK/actuation-no-proc.yaml" &&
+  grep -q "path: /proc$" "$WORK/actuation.yaml"; then
+  pass "the host's /proc mounted only with actuation and agent.actuation.checkKubeletProcess (on by default); off: --no-kubelet-process-check"
+else
+  fail "agent.actuation.checkKubeletProcess does not switch the /proc mount and flags"
 fi
 # Actuation's privileges appear only when it is on.
 if ! grep -q -- "--actuation" "$WORK/defaults.yaml" && ! grep -q "pods/eviction" "$WORK/defaults.yaml" &&

@@ -28,12 +28,13 @@
 //! under the new configuration. On failure: restore the backups, restart again, report
 //! `Failed` with the reason.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use nodetopo_cli::diff::{self as cli_diff, kubelet};
+use nodetopo_cli::diff::{self as cli_diff, kubelet, kubelet_cmdline};
 use nodetopo_engine::change::checkpoint::{self, CheckpointFormat};
 use nodetopo_engine::change::{
     check_config, kubelet_start, plan_change, ChangeClass, ChangeInput, ChangePlan,
@@ -169,6 +170,43 @@ impl KubeletFiles {
     }
 }
 
+/// How the running kubelet's command line is checked before an apply
+/// ([`kubelet_cmdline`]): it must read the config file and drop-in directory nodetopo
+/// writes, and its `--feature-gates` count with those of its files.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProcessArgs {
+    /// The host's /proc, where the kubelet process is looked for (in the chart, the host's
+    /// /proc mounted read-only at /host/proc).
+    #[arg(long, default_value = "/proc")]
+    pub host_proc: PathBuf,
+    /// The kubelet's `--config` as the host names it (default: --kubelet-config).
+    #[arg(long)]
+    pub kubelet_host_config: Option<PathBuf>,
+    /// The kubelet's `--config-dir` as the host names it (default: --kubelet-config-dir).
+    #[arg(long)]
+    pub kubelet_host_config_dir: Option<PathBuf>,
+    /// Do not look at the kubelet's command line.
+    #[arg(long)]
+    pub no_kubelet_process_check: bool,
+}
+
+impl ProcessArgs {
+    /// The check for `files`, or `None` when turned off.
+    pub fn check(&self, files: &KubeletFiles) -> Option<kubelet_cmdline::ProcessCheck> {
+        (!self.no_kubelet_process_check).then(|| kubelet_cmdline::ProcessCheck {
+            proc_root: self.host_proc.clone(),
+            host_config: self
+                .kubelet_host_config
+                .clone()
+                .unwrap_or_else(|| files.config.clone()),
+            host_config_dir: self
+                .kubelet_host_config_dir
+                .clone()
+                .unwrap_or_else(|| files.config_dir.clone()),
+        })
+    }
+}
+
 /// The backup path of a file.
 pub fn backup_of(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -295,6 +333,9 @@ pub struct ApplyReport {
     /// Dry-run: what would be done.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<String>,
+    /// What the check of the kubelet's command line found (absent when it was off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_command_line: Option<String>,
 }
 
 /// The desired owned fields as the drop-in writes them: the reserved set explicit.
@@ -323,6 +364,8 @@ pub struct ApplyInput<'a> {
     pub desired: &'a OwnedConfig,
     /// Record instead of act.
     pub dry_run: bool,
+    /// Check the running kubelet's command line first (`None`: not checked).
+    pub process: Option<&'a kubelet_cmdline::ProcessCheck>,
 }
 
 fn report(
@@ -339,10 +382,13 @@ fn report(
         recovery,
         plan,
         actions: vec![],
+        kubelet_command_line: None,
     }
 }
 
-/// Plans and carries out the change.
+/// Plans and carries out the change. First (after finishing or undoing an interrupted
+/// apply) the running kubelet's command line is checked where `input.process` asks: a
+/// kubelet that would not read nodetopo's files stops the apply with an error.
 pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Result<ApplyReport> {
     let files = input.files;
     let recovery = if input.dry_run {
@@ -350,8 +396,33 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
     } else {
         recover(files, svc)?
     };
+    let checked = match input.process {
+        Some(p) => Some((kubelet_cmdline::check(p)?, p)),
+        None => None,
+    };
+    let gates = checked
+        .as_ref()
+        .map(|(c, _)| c.feature_gates())
+        .unwrap_or_default();
+    let mut report = plan_and_carry_out(input, recovery, &gates, svc)?;
+    report.kubelet_command_line = checked.map(|(c, p)| c.describe(p));
+    Ok(report)
+}
+
+fn plan_and_carry_out(
+    input: &ApplyInput<'_>,
+    recovery: Recovery,
+    command_line_gates: &BTreeMap<String, bool>,
+    svc: &mut dyn KubeletService,
+) -> anyhow::Result<ApplyReport> {
+    let files = input.files;
     let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
-    kubelet::check_gates(&files.config, Some(&files.config_dir), input.desired)?;
+    kubelet::check_gates(
+        &files.config,
+        Some(&files.config_dir),
+        command_line_gates,
+        input.desired,
+    )?;
     let read = cli_diff::read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.format);
     let state: Option<KubeletCpuState> = read.map(|r| r.state);
@@ -610,6 +681,9 @@ pub struct Args {
     /// `--node`: how long to wait for the Node after the restart (else roll back).
     #[arg(long, default_value_t = 120, requires = "node")]
     pub verify_seconds: u64,
+    /// The check of the kubelet's command line.
+    #[command(flatten)]
+    pub process: ProcessArgs,
 }
 
 /// How `apply` drives the kubelet.
@@ -705,6 +779,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             pods: &pods,
             desired: &desired,
             dry_run: args.restart == RestartMode::DryRun,
+            process: args.process.check(&files).as_ref(),
         },
         svc.as_mut(),
     )?;

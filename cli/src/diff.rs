@@ -15,6 +15,7 @@ use nodetopo_engine::change::{plan_change, ChangeInput, ChangePlan, KubeletCpuSt
 use nodetopo_engine::{CpuTopology, Pod};
 
 pub mod kubelet;
+pub mod kubelet_cmdline;
 pub mod kubelet_yaml;
 
 /// The largest checkpoint file read.
@@ -122,6 +123,7 @@ pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     kubelet::check_gates(
         &args.kubelet_config,
         args.kubelet_config_dir.as_deref(),
+        &std::collections::BTreeMap::new(),
         &desired,
     )?;
     Ok(plan_change(ChangeInput {

@@ -13,7 +13,11 @@
 //	    only the fake runtime, until SIGTERM or SIGINT: its pods and containers outlive
 //	    kubelet restarts, as a real runtime's do;
 //	kubelet-standalone -- <kubelet flags...>
-//	    only the kubelet.
+//	    only the kubelet;
+//	kubelet <kubelet flags...>  (run through a link named kubelet)
+//	    only the kubelet, with a kubelet's own command line (what nodetopo reads from
+//	    /proc/PID/cmdline), and the fake runtime in the same process when
+//	    NODETOPO_FAKE_CRI_SOCKET names its socket.
 //
 // A stale socket at PATH is removed first; the kubelet flags (or its config file) must point
 // the container runtime endpoint at unix://PATH. The kubelet modes exit with the kubelet's
@@ -25,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"k8s.io/component-base/cli"
@@ -70,6 +75,15 @@ func runKubelet(args []string) int {
 
 func main() {
 	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "kubelet" {
+		if socket := os.Getenv("NODETOPO_FAKE_CRI_SOCKET"); socket != "" {
+			runtime := serveFakeCRI(socket)
+			code := runKubelet(args)
+			runtime.Stop()
+			os.Exit(code)
+		}
+		os.Exit(runKubelet(args))
+	}
 	switch {
 	case len(args) >= 3 && args[0] == "--fake-cri-socket" && args[2] == "--":
 		runtime := serveFakeCRI(args[1])

@@ -96,6 +96,9 @@ pub struct ActuationArgs {
     /// KubeletAgreement on a kubelet read after it (else the apply is rolled back).
     #[arg(long, default_value_t = 120)]
     pub actuation_verify_seconds: u64,
+    /// The check of the kubelet's command line before each apply.
+    #[command(flatten)]
+    pub process: actuate::ProcessArgs,
 }
 
 impl ActuationArgs {
@@ -555,6 +558,7 @@ async fn apply_once(
         ))
     };
     let (topology, files_c) = (topology.clone(), files.clone());
+    let process = args.process.check(files);
     let joined = tokio::task::spawn_blocking(move || {
         let mut svc = svc;
         actuate::apply(
@@ -564,6 +568,7 @@ async fn apply_once(
                 pods: &engine_pods,
                 desired: &desired,
                 dry_run,
+                process: process.as_ref(),
             },
             svc.as_mut(),
         )
@@ -578,6 +583,9 @@ async fn apply_once(
         if let Some(confirmed) = verified.lock().ok().and_then(|mut v| v.take()) {
             report.message = format!("{}; {confirmed}", report.message);
         }
+    }
+    if let Some(line) = &report.kubelet_command_line {
+        tracing::info!(generation, "kubelet command line: {line}");
     }
     let mut evictions = Vec::new();
     if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict && !dry_run {

@@ -125,8 +125,9 @@ fn apply_waits_for_the_real_kubelets_node() {
     println!("apply --node on a real kubelet: RestartOnly verified on the Node in {secs:.1} s");
 
     // A policy the kubelet refuses (a beta option; this kubelet has the beta gate off on its
-    // command line, which nodetopo cannot see): rolled back, and the rollback's kubelet is
-    // checked on the Node too.
+    // command line, and the apply is told not to look at it, as on a node where nodetopo
+    // cannot see the kubelet's process): rolled back, and the rollback's kubelet is checked
+    // on the Node too.
     let beta = k.policy(
         "beta",
         "0",
@@ -136,6 +137,7 @@ fn apply_waits_for_the_real_kubelets_node() {
     let before = epoch_seconds();
     let (out, v, secs) = k.apply_with(&beta, |c| {
         c.args(["--node", NODE, "--verify-seconds", "60"])
+            .arg("--no-kubelet-process-check")
             .env("KUBECONFIG", &kubeconfig);
     });
     assert_eq!(out.status.code(), Some(1), "{v:#}");

@@ -119,7 +119,11 @@ impl RealKubelet {
         let port = free_port();
         let mut runtime = None;
         let mut extra_config = String::new();
-        let mut kubelet_cri = format!("--fake-cri-socket '{d}/cri.sock'");
+        // The kubelet runs through a link named `kubelet`, with a kubelet's own command line,
+        // so nodetopo's check of /proc/PID/cmdline finds it as it finds a node's kubelet.
+        fs::create_dir_all(dir.path().join("bin")).unwrap();
+        std::os::unix::fs::symlink(bin, dir.path().join("bin/kubelet")).unwrap();
+        let mut kubelet_cri = format!("NODETOPO_FAKE_CRI_SOCKET='{d}/cri.sock'");
         if let Some(manifest) = static_pod {
             fs::write(dir.path().join("manifests/pod.yaml"), manifest).unwrap();
             extra_config = format!("staticPodPath: {d}/manifests\n");
@@ -187,10 +191,9 @@ for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_
     echo \"${{kv#*=}}\" >\"$f\"
     mount --bind \"$f\" \"/proc/sys/$k\"
 done
-exec '{bin}' {kubelet_cri} -- --config '{d}/config.yaml' \\
+{kubelet_cri} exec '{d}/bin/kubelet' --config '{d}/config.yaml' \\
     --config-dir '{d}/conf.d' --root-dir '{d}/root' --v=2 {kubelet_flags}
-",
-                bin = bin.display()
+"
             ),
         )
         .unwrap();
@@ -372,9 +375,10 @@ spec:
         (out, v, secs)
     }
 
-    /// `apply` refusing `policy` before planning (exit 2, no report); its error text.
-    pub(crate) fn apply_refused(&self, policy: &Path) -> String {
-        let out = self.apply_command(policy, |_| {}).output().unwrap();
+    /// `apply` (with more arguments set by `more`) refusing `policy` before planning (exit 2,
+    /// no report); its error text.
+    pub(crate) fn apply_refused(&self, policy: &Path, more: impl FnOnce(&mut Command)) -> String {
+        let out = self.apply_command(policy, more).output().unwrap();
         assert_eq!(
             out.status.code(),
             Some(2),

@@ -14,7 +14,8 @@ fn apply_on_a_real_kubelet() {
     let mut shared_strict = cpus.clone();
     shared_strict.remove(0);
     let shared_strict = shared_strict.to_string();
-    // Beta options off on the command line (case 6), where nodetopo cannot see it.
+    // Beta options off on the command line (cases 6 and 7), which nodetopo reads from
+    // /proc/PID/cmdline.
     let k = RealKubelet::new(
         &bin,
         None,
@@ -49,6 +50,19 @@ fn apply_on_a_real_kubelet() {
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["reason"], "RestartOnly", "{v:#}");
     println!("RestartOnly applied in {secs:.1} s: {}", v["message"]);
+    // The kubelet's own process was found with nodetopo's files and its command-line gate.
+    let line = v["kubeletCommandLine"].as_str().unwrap_or_default();
+    println!("checked: {line}");
+    for want in [
+        format!("--config {}", k.p("config.yaml").display()),
+        format!("--config-dir {}", k.p("conf.d").display()),
+        "--feature-gates CPUManagerPolicyBetaOptions=false".to_string(),
+    ] {
+        assert!(
+            line.starts_with("kubelet process ") && line.contains(&want),
+            "{want:?} in {line:?}"
+        );
+    }
     assert_eq!(k.starts(), 2, "one restart");
     assert!(k.running());
     let eff = k.effective(2);
@@ -61,7 +75,7 @@ fn apply_on_a_real_kubelet() {
         "the kubelet kept its state"
     );
     assert!(k.p("conf.d/90-nodetopo.conf").exists());
-    checks += 7;
+    checks += 8;
 
     // 2. RewriteState: strict-cpu-reservation takes CPU 0 out of the shared pool.
     let strict = k.policy(
@@ -136,7 +150,7 @@ fn apply_on_a_real_kubelet() {
         "strict-cpu-reservation: \"true\", distribute-cpus-across-cores: \"true\"",
         "policy: best-effort",
     );
-    let err = k.apply_refused(&alpha);
+    let err = k.apply_refused(&alpha, |_| {});
     assert!(
         err.contains("distribute-cpus-across-cores is alpha")
             && err.contains("featureGates.CPUManagerPolicyAlphaOptions"),
@@ -146,17 +160,30 @@ fn apply_on_a_real_kubelet() {
     assert_eq!(fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap(), dropin);
     checks += 3;
 
-    // 6. A policy nodetopo accepts and the kubelet refuses: this kubelet runs with
-    // `--feature-gates=CPUManagerPolicyBetaOptions=false` on its command line, which nodetopo
-    // cannot see, and the policy asks for a beta option. The start fails, everything is rolled
-    // back, the kubelet runs again.
+    // 6. A beta option while this kubelet runs with
+    // `--feature-gates=CPUManagerPolicyBetaOptions=false` on its command line: nodetopo reads
+    // the command line and refuses before planning; nothing written, no restart.
     let beta = k.policy(
         "beta",
         "0",
         "strict-cpu-reservation: \"true\", distribute-cpus-across-numa: \"true\"",
         "policy: best-effort",
     );
-    let (out, v, secs) = k.apply(&beta);
+    let err = k.apply_refused(&beta, |_| {});
+    assert!(
+        err.contains("distribute-cpus-across-numa is beta")
+            && err.contains("--feature-gates CPUManagerPolicyBetaOptions=false"),
+        "{err}"
+    );
+    assert_eq!(k.starts(), 5, "no restart for a refused policy");
+    assert_eq!(fs::read(k.p("conf.d/90-nodetopo.conf")).unwrap(), dropin);
+    checks += 3;
+
+    // 7. The same where nodetopo cannot see the command line (--no-kubelet-process-check): the
+    // kubelet refuses the policy at start, everything is rolled back, the kubelet runs again.
+    let (out, v, secs) = k.apply_with(&beta, |c| {
+        c.arg("--no-kubelet-process-check");
+    });
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     assert_eq!(v["reason"], "Failed", "{v:#}");
     let msg = v["message"].as_str().unwrap();
@@ -179,8 +206,26 @@ fn apply_on_a_real_kubelet() {
     );
     checks += 8;
 
+    // 8. The agent told another drop-in directory than the one the kubelet reads: refused
+    // before anything is written, naming both.
+    let err = k.apply_refused(&strict, |c| {
+        c.args([
+            "--kubelet-host-config-dir",
+            "/etc/kubernetes/kubelet.conf.d",
+        ]);
+    });
+    assert!(
+        err.contains(&format!(
+            "reads its drop-ins from --config-dir {}, not /etc/kubernetes/kubelet.conf.d",
+            k.p("conf.d").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(k.starts(), 7);
+    checks += 2;
+
     println!(
-        "real kubelet: {checks} checks over 6 applies (one refused before planning) and {} kubelet starts",
+        "real kubelet: {checks} checks over 8 applies (three refused before planning) and {} kubelet starts",
         k.starts()
     );
 }

@@ -21,9 +21,16 @@
 //!    configuration makes the real kubelet refuse to start, so the rewrite was needed.
 //! 5. An alpha CPU manager option whose feature gate the kubelet's configuration leaves off:
 //!    nodetopo refuses it before planning (exit 2), nothing is written, no restart.
-//! 6. A policy the kubelet refuses although nodetopo accepts it (a beta option, with the beta
-//!    gate off on this kubelet's command line, which nodetopo cannot see): the start fails,
-//!    apply rolls back and the kubelet runs again on the previous drop-in.
+//! 6. A beta option with the beta gate off on this kubelet's command line: nodetopo reads
+//!    the command line from /proc/PID/cmdline (the kubelet runs through a link named
+//!    `kubelet`, with a kubelet's own flags) and refuses before planning.
+//! 7. The same policy with `--no-kubelet-process-check` (a node where nodetopo cannot see
+//!    the kubelet's process): the kubelet refuses it at start, apply rolls back and the
+//!    kubelet runs again on the previous drop-in.
+//! 8. The agent told another drop-in directory than the kubelet's `--config-dir`: refused
+//!    before anything is written.
+//!
+//! Every apply's report names the kubelet process it checked.
 //!
 //! `apply_keeps_a_pinned_pod_on_a_real_kubelet`: the fake runtime in its own process (its pod
 //! and container outlive kubelet restarts, as a real runtime's do) and a Guaranteed static pod
@@ -37,8 +44,8 @@
 //! `apply_waits_for_the_real_kubelets_node`: the kubelet registered as Node `real-kubelet`
 //! with a real kube-apiserver and etcd (e2e/controlplane, admin kubeconfig): it posts Ready
 //! itself; RestartOnly with `apply --node` waits for the restarted kubelet's Ready heartbeat,
-//! and a policy the kubelet refuses (a beta option, the beta gate off on its command line) is
-//! rolled back with the Node Ready again.
+//! and a policy the kubelet refuses (a beta option, the beta gate off on its command line,
+//! the command-line check turned off) is rolled back with the Node Ready again.
 //! Skips with the control-plane tests' reason when their binaries cannot be built, unless
 //! NODETOPO_REQUIRE_CONTROLPLANE=1.
 //!

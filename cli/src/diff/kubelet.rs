@@ -243,18 +243,33 @@ fn gates_of(
 }
 
 /// Stops, naming each, on the options of `desired` that the kubelet would refuse under the
-/// feature gates of its files ([`read_feature_gates`]; see
+/// feature gates of its files ([`read_feature_gates`]) overridden by those of its command
+/// line (`command_line`, from [`super::kubelet_cmdline`]; see
 /// [`nodetopo_engine::change::gate_problems`]). nodetopo does not change feature gates.
 pub fn check_gates(
     config: &Path,
     config_dir: Option<&Path>,
+    command_line: &BTreeMap<String, bool>,
     desired: &OwnedConfig,
 ) -> anyhow::Result<()> {
-    let gates = read_feature_gates(config, config_dir)?;
+    let mut gates = read_feature_gates(config, config_dir)?;
+    gates.extend(command_line.iter().map(|(g, v)| (g.clone(), *v)));
     let problems = nodetopo_engine::change::gate_problems(desired, &gates);
     if !problems.is_empty() {
+        let flags = if command_line.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (its command line sets --feature-gates {}, which override its files)",
+                command_line
+                    .iter()
+                    .map(|(g, v)| format!("{g}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
         bail!(
-            "the kubelet would refuse the policy's options, so nothing is planned or changed: {}; nodetopo does not change feature gates: enable the gate in the kubelet's configuration or drop the option",
+            "the kubelet would refuse the policy's options, so nothing is planned or changed: {}{flags}; nodetopo does not change feature gates: enable the gate in the kubelet's configuration or drop the option",
             problems.join("; ")
         );
     }
@@ -684,12 +699,14 @@ mod tests {
         };
         c.cpu_manager_policy_options
             .insert("align-by-socket".into(), "true".into());
-        check_gates(&main, Some(&d), &c).unwrap();
+        check_gates(&main, Some(&d), &BTreeMap::new(), &c).unwrap();
         write(
             &d.join("60-off.conf"),
             "featureGates: {CPUManagerPolicyAlphaOptions: false}\n",
         );
-        let e = check_gates(&main, Some(&d), &c).unwrap_err().to_string();
+        let e = check_gates(&main, Some(&d), &BTreeMap::new(), &c)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("align-by-socket is alpha") && e.contains("sets it false"),
             "{e}"

@@ -31,6 +31,7 @@ fn report(reason_: &str, applied: bool, class: ChangeClass, pods: &[&str]) -> Ap
             expected_state: None,
         },
         actions: vec![],
+        kubelet_command_line: None,
     }
 }
 
