@@ -30,31 +30,10 @@ use nodetopo_cli::diff::kubelet::{
 };
 use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::{quantity, CpuSet};
+use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
 use serde::Deserialize;
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // SplitMix64.
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len())]
-    }
-}
 
 const CPU_OPTIONS: [&str; 4] = [
     "full-pcpus-only",
@@ -81,15 +60,15 @@ fn spell(r: &mut Rng, v: &str) -> String {
 
 /// A YAML spelling of null (all of them reset a field in a drop-in).
 fn null(r: &mut Rng) -> &'static str {
-    r.pick(&["null", "~", "Null", ""])
+    r.pick::<&str>(&["null", "~", "Null", ""])
 }
 
 /// A YAML 1.1 spelling of a boolean, as go-yaml v2 reads it.
 fn boolean(r: &mut Rng) -> &'static str {
     if r.chance(50) {
-        r.pick(&["true", "True", "yes", "on", "Y"])
+        r.pick::<&str>(&["true", "True", "yes", "on", "Y"])
     } else {
-        r.pick(&["false", "FALSE", "no", "off", "n"])
+        r.pick::<&str>(&["false", "FALSE", "no", "off", "n"])
     }
 }
 
@@ -100,7 +79,7 @@ fn boolean(r: &mut Rng) -> &'static str {
 fn random_fields(r: &mut Rng, config_file: bool) -> String {
     let mut out = String::new();
     let scalar = |r: &mut Rng, out: &mut String, key: &str, values: &[&str]| {
-        let v = r.pick(values);
+        let v = *r.pick(values);
         let v = if v == "null" {
             null(r).to_string()
         } else {
@@ -138,7 +117,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         );
     }
     if r.chance(30) {
-        let v = r.pick(&["container", "pod"]);
+        let v = *r.pick(&["container", "pod"]);
         match r.below(4) {
             // A YAML 1.1 merge key, directly or through an anchor.
             0 => out.push_str(&format!("<<: {{topologyManagerScope: {v}}}\n")),
@@ -159,7 +138,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             let v = if r.chance(25) {
                 null(r).to_string()
             } else {
-                let v = r.pick(values);
+                let v = *r.pick(values);
                 spell(r, v)
             };
             out.push_str(&format!("  {name}: {v}\n"));
@@ -205,10 +184,10 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
     // kubelet fails on it later than the configuration loading asked here, so the config
     // file gets plain values.
     if r.chance(25) {
-        let key = r.pick(&["kubeReserved", "systemReserved"]);
+        let key = *r.pick(&["kubeReserved", "systemReserved"]);
         let values = ["500m", "1", "1500m"];
         if config_file {
-            let v = r.pick(&values);
+            let v = *r.pick(&values);
             let v = spell(r, v);
             out.push_str(&format!("{key}:\n  cpu: {v}\n"));
         } else {
@@ -255,16 +234,16 @@ const FAULTS: [(&str, &str); 8] = [
 /// A random wanted configuration (what a policy asks for; the reserved set explicit).
 fn random_wanted(r: &mut Rng) -> OwnedConfig {
     let mut c = OwnedConfig {
-        cpu_manager_policy: r.pick(&["static", "none"]).into(),
+        cpu_manager_policy: r.pick(&["static", "none"]).to_string(),
         topology_manager_policy: r
             .pick(&["none", "best-effort", "restricted", "single-numa-node"])
-            .into(),
-        topology_manager_scope: r.pick(&["container", "pod"]).into(),
+            .to_string(),
+        topology_manager_scope: r.pick(&["container", "pod"]).to_string(),
         ..Default::default()
     };
     if c.cpu_manager_policy == "static" {
         c.reserved_system_cpus =
-            CpuSet::parse(r.pick(&["0,32", "0-1,32-33", "0-3"])).expect("cpus");
+            CpuSet::parse(r.pick::<&str>(&["0,32", "0-1,32-33", "0-3"])).expect("cpus");
         for o in CPU_OPTIONS {
             if r.chance(30) {
                 c.cpu_manager_policy_options.insert(o.into(), "true".into());
@@ -338,11 +317,14 @@ fn random_case(r: &mut Rng) -> Case {
     );
     let mut files: BTreeMap<&str, String> = BTreeMap::new();
     for _ in 0..r.below(6) {
-        files.insert(r.pick(&NAMES), format!("{HEAD}{}", random_fields(r, false)));
+        files.insert(
+            *r.pick(&NAMES),
+            format!("{HEAD}{}", random_fields(r, false)),
+        );
     }
     let fault = if r.chance(10) {
         let (what, text) = FAULTS[r.below(FAULTS.len())];
-        files.insert(r.pick(&NAMES[..8]), text.to_string());
+        files.insert(*r.pick(&NAMES[..8]), text.to_string());
         Some(what)
     } else {
         None
@@ -424,26 +406,10 @@ fn kubelet_owned(o: &Owned) -> OwnedConfig {
 }
 
 fn oracle_or_skip() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(root.join("e2e/kubelet-config-oracle/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running e2e/kubelet-config-oracle/build.sh");
-    if out.status.code() == Some(127) {
-        if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
-            panic!("NODETOPO_REQUIRE_ORACLE=1 but go is not installed to build the kubelet configuration oracle");
-        }
-        eprintln!("SKIP kubelet configuration oracle: go is not installed");
-        return None;
-    }
-    assert!(
-        out.status.success(),
-        "building the kubelet configuration oracle failed"
-    );
-    Some(PathBuf::from(
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    ))
+    go_tool_or_skip(
+        "e2e/kubelet-config-oracle/build.sh",
+        "the kubelet configuration oracle",
+    )
 }
 
 fn ask(bin: &Path, cases: &[Case]) -> Vec<Answer> {

@@ -7,67 +7,25 @@
 //! `NODETOPO_PODFINGERPRINT_SEED` replays one seed; the default seed is fixed.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use nodetopo_crds::nrt::fingerprint::PodFingerprint;
+use nodetopo_testkit::{go_tool_or_skip, SplitMix};
 use serde_json::json;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("crds/ has a parent")
-        .to_path_buf()
-}
 
 /// Builds (or reuses) the oracle; `None` (with one printed line) where Go is missing.
 fn oracle_or_skip() -> Option<PathBuf> {
-    let script = repo_root().join("e2e/podfingerprint/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    if out.status.code() == Some(127) {
-        if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
-            panic!("NODETOPO_REQUIRE_ORACLE=1 but go is not installed (podfingerprint oracle)");
-        }
-        println!("skipped: go is not installed, so the podfingerprint oracle cannot be built");
-        return None;
-    }
-    assert!(
-        out.status.success(),
-        "building the podfingerprint oracle failed ({})",
-        out.status
-    );
-    Some(PathBuf::from(
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    ))
+    go_tool_or_skip("e2e/podfingerprint/build.sh", "the podfingerprint oracle")
 }
 
-/// A small deterministic generator (splitmix64), so a seed replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn string(&mut self, max_len: u64) -> String {
-        const ALPHABET: &[&str] = &[
-            "a", "b", "c", "k", "z", "0", "9", "-", ".", "x", "ü", "日", "🙂", "_", "/",
-        ];
-        let len = self.below(max_len + 1);
-        (0..len)
-            .map(|_| ALPHABET[self.below(ALPHABET.len() as u64) as usize])
-            .collect()
-    }
+/// A random string of at most `max_len` characters from a mixed alphabet.
+fn random_string(r: &mut SplitMix, max_len: usize) -> String {
+    const ALPHABET: &[&str] = &[
+        "a", "b", "c", "k", "z", "0", "9", "-", ".", "x", "ü", "日", "🙂", "_", "/",
+    ];
+    let len = r.below(max_len + 1);
+    (0..len).map(|_| *r.pick(ALPHABET)).collect()
 }
 
 #[test]
@@ -77,7 +35,7 @@ fn fingerprint_matches_reference_module() {
         .ok()
         .map(|s| s.parse().expect("NODETOPO_PODFINGERPRINT_SEED is a u64"))
         .unwrap_or(0x005e_ed16);
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix(seed);
     let mut sets: Vec<Vec<(String, String)>> = vec![
         vec![],
         vec![("".into(), "".into())],
@@ -93,15 +51,17 @@ fn fingerprint_matches_reference_module() {
             1 => rng.below(30),
             _ => rng.below(300),
         };
-        let namespaces: Vec<String> = (0..1 + rng.below(8)).map(|_| rng.string(20)).collect();
+        let namespaces: Vec<String> = (0..1 + rng.below(8))
+            .map(|_| random_string(&mut rng, 20))
+            .collect();
         let mut set: Vec<(String, String)> = (0..size)
             .map(|_| {
-                let ns = namespaces[rng.below(namespaces.len() as u64) as usize].clone();
-                (ns, rng.string(63))
+                let ns = rng.pick(&namespaces).clone();
+                (ns, random_string(&mut rng, 63))
             })
             .collect();
         if !set.is_empty() && rng.below(5) == 0 {
-            let dup = set[rng.below(set.len() as u64) as usize].clone();
+            let dup = rng.pick(&set).clone();
             set.push(dup);
         }
         sets.push(set);
@@ -137,7 +97,7 @@ fn fingerprint_matches_reference_module() {
         // Sign in a shuffled order too: the result must not depend on it.
         let mut shuffled = set.clone();
         for k in (1..shuffled.len()).rev() {
-            shuffled.swap(k, rng.below(k as u64 + 1) as usize);
+            shuffled.swap(k, rng.below(k + 1));
         }
         for order in [set, &shuffled] {
             let fp: PodFingerprint = order

@@ -28,31 +28,11 @@ use nodetopo_engine::change::{
 };
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
+use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
 use serde::{Deserialize, Serialize};
 
 const FIXED_SEED: u64 = 0x6368_616e_6765_3133;
 const DEFAULT_CASES: usize = 2_000;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.range(0, xs.len() - 1)]
-    }
-}
 
 #[derive(Serialize)]
 struct NumaJson {
@@ -365,31 +345,11 @@ struct Pending {
     accept: bool,
 }
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default()
-}
-
 fn oracle_or_skip() -> Option<PathBuf> {
-    let script = repo_root().join("e2e/kubelet-oracle/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running e2e/kubelet-oracle/build.sh");
-    if out.status.code() == Some(127) {
-        if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
-            panic!("NODETOPO_REQUIRE_ORACLE=1 but go is not installed to build the kubelet oracle");
-        }
-        eprintln!("SKIP change oracle: go is not installed");
-        return None;
-    }
-    assert!(out.status.success(), "building the kubelet oracle failed");
-    Some(PathBuf::from(
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    ))
+    go_tool_or_skip(
+        "e2e/kubelet-oracle/build.sh",
+        "the kubelet oracle (change oracle)",
+    )
 }
 
 fn ask(bin: &PathBuf, cases: Vec<ValidateCase>) -> Vec<ValidateAnswer> {

@@ -40,7 +40,6 @@ fn runs(tool: &str, arg: &str) -> bool {
 
 /// The kubelet-standalone binary, or `None` (skip) with the reason printed.
 pub(crate) fn kubelet_or_skip() -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let uid = Command::new("id")
         .arg("-u")
         .output()
@@ -59,18 +58,14 @@ pub(crate) fn kubelet_or_skip() -> Option<PathBuf> {
     if online_cpus().len() < 2 {
         return skip("fewer than 2 online CPUs (one is reserved, one must stay shared)");
     }
-    let out = Command::new("bash")
-        .arg(root.join("e2e/kubelet-standalone/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("running e2e/kubelet-standalone/build.sh");
-    if out.status.code() == Some(127) {
-        return skip("go is not installed");
+    if let Some(why) = nodetopo_testkit::go_missing() {
+        return skip(&why);
     }
-    assert!(out.status.success(), "building kubelet-standalone failed");
-    Some(PathBuf::from(
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    ))
+    match nodetopo_testkit::build_once("e2e/kubelet-standalone/build.sh", &[], "kubelet-standalone")
+    {
+        Ok(bin) => Some(bin),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// This machine's online CPUs (/sys/devices/system/cpu/online, read as the kubelet's

@@ -5,7 +5,6 @@
 //! inputs change, so every test binary of a `cargo test` run may call [`binaries`].
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::{Error, Result};
@@ -27,26 +26,15 @@ pub fn required() -> bool {
     std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1")
 }
 
-fn go_missing() -> Option<String> {
-    match Command::new("go").arg("version").output() {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "`go version` failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(e) => Some(format!("Go is not installed (`go version`: {e})")),
-    }
-}
-
 fn build() -> Result<Binaries> {
     let script = "e2e/controlplane/build.sh";
-    let dir = crate::build::build_once(script, &[], "the control plane").map_err(|message| {
-        Error::Build {
-            script: script.to_string(),
-            message,
-        }
-    })?;
+    let dir =
+        nodetopo_testkit::build_once(script, &[], "the control plane").map_err(|message| {
+            Error::Build {
+                script: script.to_string(),
+                message,
+            }
+        })?;
     let bins = Binaries {
         kube_apiserver: dir.join("kube-apiserver"),
         etcd: dir.join("etcd"),
@@ -69,7 +57,7 @@ fn build() -> Result<Binaries> {
 pub fn binaries() -> Result<Option<Binaries>> {
     static ONCE: OnceLock<Result<Option<Binaries>, String>> = OnceLock::new();
     let r = ONCE.get_or_init(|| {
-        if let Some(why) = go_missing() {
+        if let Some(why) = nodetopo_testkit::go_missing() {
             if required() {
                 return Err(format!(
                     "{REQUIRE_ENV}=1 but the control plane cannot be built: {why}"
@@ -88,7 +76,7 @@ pub fn binaries() -> Result<Option<Binaries>> {
 
 /// The one line a skipping test prints.
 pub fn skip_line() -> String {
-    let why = go_missing().unwrap_or_else(|| "Go is not usable".into());
+    let why = nodetopo_testkit::go_missing().unwrap_or_else(|| "Go is not usable".into());
     format!(
         "SKIPPED: control-plane tests need Go to build kube-apiserver and etcd ({why}); set {REQUIRE_ENV}=1 to make this a failure"
     )
@@ -101,7 +89,7 @@ pub fn skip_line() -> String {
 pub fn kubelet_oracle() -> Result<Option<PathBuf>> {
     static ONCE: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
     let r = ONCE.get_or_init(|| {
-        if let Some(why) = go_missing() {
+        if let Some(why) = nodetopo_testkit::go_missing() {
             if required() {
                 return Err(format!(
                     "{REQUIRE_ENV}=1 but the kubelet oracle cannot be built: {why}"
@@ -110,7 +98,7 @@ pub fn kubelet_oracle() -> Result<Option<PathBuf>> {
             return Ok(None);
         }
         let script = "e2e/kubelet-oracle/build.sh";
-        let bin = crate::build::build_once(script, &[], "the kubelet oracle")?;
+        let bin = nodetopo_testkit::build_once(script, &[], "the kubelet oracle")?;
         if !bin.is_file() {
             return Err(format!("{} is missing after {script}", bin.display()));
         }

@@ -18,7 +18,6 @@
 //! - [`tools`] finds helm and kubectl the way `.ci/chart-check.sh` installs them.
 
 pub mod binaries;
-pub mod build;
 pub mod fixture;
 pub mod pki;
 pub mod process;
@@ -100,13 +99,7 @@ impl Error {
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The repository root (two levels above this crate).
-pub fn repo_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
+pub use nodetopo_testkit::repo_root;
 
 /// A workspace binary (`nodetopo-agent`, `nodetopo-operator`) that `cargo test --workspace`
 /// builds next to the test binaries. `None` after printing one `SKIPPED` line when it is

@@ -20,7 +20,8 @@ pub struct Tools {
 pub fn tools() -> Result<Tools> {
     static ONCE: OnceLock<Result<Tools, String>> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let dir = crate::build::build_once(".ci/chart-check.sh", &["--tools"], "helm and kubectl")?;
+        let dir =
+            nodetopo_testkit::build_once(".ci/chart-check.sh", &["--tools"], "helm and kubectl")?;
         Ok(Tools {
             helm: dir.join("helm"),
             kubectl: dir.join("kubectl"),

@@ -6,25 +6,8 @@ use nodetopo_engine::CpuSet;
 
 use crate::protocol::*;
 
-/// splitmix64: small, seedable, good enough for case generation.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `lo..=hi`.
-    pub(crate) fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+/// The seeded generator the cases come from (a printed seed replays them).
+pub(crate) use nodetopo_testkit::SplitMix as Rng;
 
 /// Which machines the generator makes: `Uniform` (every core the same thread count, one
 /// uncore cache per NUMA node) or `Any` (also mixed SMT and uneven uncore caches).

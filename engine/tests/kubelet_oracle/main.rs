@@ -41,7 +41,7 @@ use nodetopo_engine::{Container, Pod};
 
 use cpu::{compare, engine_topology, kubelet_defect, run_engine};
 use generator::{gen_case, Machines, Rng};
-use oracle::{devices_available, oracle_binary, Oracle};
+use oracle::{devices_available, Oracle};
 use protocol::*;
 use shrink::{reproducer, shrink};
 
@@ -323,16 +323,7 @@ fn machines_from_env(default: Machines) -> Machines {
 
 /// The oracle, or `None` (with the reason printed) when Go is missing and not required.
 fn oracle_or_skip() -> Option<PathBuf> {
-    match oracle_binary() {
-        Ok(p) => Some(p),
-        Err(why) => {
-            if std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref() == Ok("1") {
-                panic!("NODETOPO_REQUIRE_ORACLE=1 but the kubelet oracle cannot be built: {why}");
-            }
-            eprintln!("SKIP kubelet oracle: {why}");
-            None
-        }
-    }
+    nodetopo_testkit::go_tool_or_skip("e2e/kubelet-oracle/build.sh", "the kubelet oracle")
 }
 
 /// Whether the device kind can run (the oracle's private /var/lib/kubelet); when it cannot,

@@ -3,39 +3,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Instant;
 
 use crate::protocol::*;
-
-pub(crate) fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default()
-}
-
-/// Builds (or reuses) the oracle; `Err` says why it cannot be had.
-pub(crate) fn oracle_binary() -> Result<PathBuf, String> {
-    let script = repo_root().join("e2e/kubelet-oracle/build.sh");
-    let start = Instant::now();
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    if out.status.code() == Some(127) {
-        return Err("go is not installed".into());
-    }
-    if !out.status.success() {
-        panic!("building the kubelet oracle failed ({})", out.status);
-    }
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    eprintln!(
-        "kubelet oracle: {path} ready in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
-    Ok(PathBuf::from(path))
-}
 
 /// Whether the oracle can answer device cases here: it must set up its private mount
 /// namespace with a tmpfs on /var/lib/kubelet (root, or unprivileged user namespaces).

@@ -197,23 +197,12 @@ fn errors_name_file_and_field() {
 fn files_written_by_the_kubelet_verify_and_match_its_state() {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("e2e/kubelet-oracle/build.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run build.sh");
-    if out.status.code() == Some(127) {
-        assert_ne!(
-            std::env::var("NODETOPO_REQUIRE_ORACLE").as_deref(),
-            Ok("1"),
-            "NODETOPO_REQUIRE_ORACLE=1 but go is not installed"
-        );
-        eprintln!("SKIP kubelet checkpoint files: go is not installed");
+    let Some(bin) = nodetopo_testkit::go_tool_or_skip(
+        "e2e/kubelet-oracle/build.sh",
+        "the kubelet oracle (checkpoint files)",
+    ) else {
         return;
-    }
-    assert!(out.status.success(), "building the kubelet oracle failed");
-    let bin = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    };
     // A 2-socket, 16-CPU machine with SMT; random pods (sidecars, init containers,
     // removals) under a few option sets.
     let mut cpus = Vec::new();

@@ -8,6 +8,7 @@
 use kube::api::{Api, DynamicObject, PostParams};
 use nodetopo_crds::validation::validate_policy_spec;
 use nodetopo_crds::NodeResourcePolicySpec;
+use nodetopo_testkit::SplitMix as Rng;
 use serde_json::{json, Map, Value};
 
 use crate::common::{api_message, control_plane, install_crds};
@@ -17,28 +18,6 @@ use crate::crds::{object, resource};
 const CORPUS: usize = 600;
 /// The seed: the corpus is the same on every run.
 const SEED: u64 = 0x6e6f_6465_746f_706f;
-
-/// SplitMix64: small, seeded, good enough to pick test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 const CPU_OPTION_NAMES: &[&str] = &[
     "align-by-socket",
