@@ -405,7 +405,15 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         .map(|(c, _)| c.feature_gates())
         .unwrap_or_default();
     let mut report = plan_and_carry_out(input, recovery, &gates, svc)?;
-    report.kubelet_command_line = checked.map(|(c, p)| c.describe(p));
+    if let Some((c, p)) = checked {
+        let line = c.describe(p);
+        // Said in the message too (it becomes the Applied condition's), so that a node
+        // whose kubelet could not be checked shows it in `kubectl describe`.
+        if c == kubelet_cmdline::Checked::NoKubelet {
+            report.message = format!("{}; {line}", report.message);
+        }
+        report.kubelet_command_line = Some(line);
+    }
     Ok(report)
 }
 

@@ -75,6 +75,20 @@ fn local_executor_cases() {
     assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
     assert!(k.read("lib/cpu_manager_state.nodetopo-backup").is_none());
     assert!(k.read("conf.d/90-nodetopo.conf").is_some());
+    // No kubelet process under the (empty) host /proc handed to apply: nothing checked,
+    // said in the report and at the end of the message (the Applied condition's).
+    let unchecked = format!(
+        "no kubelet process under {}: its command line (--config-dir, --feature-gates) was not checked",
+        k.p("proc").display()
+    );
+    assert_eq!(v["kubeletCommandLine"], unchecked.as_str(), "{v:#}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("; {unchecked}")),
+        "{v:#}"
+    );
     n += 1;
 
     // A start that fails: everything restored, Failed with the reason.

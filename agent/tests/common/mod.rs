@@ -13,7 +13,8 @@ pub fn examples() -> PathBuf {
 }
 
 /// A temporary kubelet: `config.yaml`, the drop-in directory `conf.d/` and
-/// `lib/cpu_manager_state`, seeded from the examples.
+/// `lib/cpu_manager_state`, seeded from the examples, and an empty `proc/` handed to apply
+/// as the host's /proc (no kubelet process to check, whatever runs on this machine).
 pub struct Kubelet {
     pub dir: tempfile::TempDir,
 }
@@ -23,6 +24,7 @@ impl Kubelet {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("conf.d")).unwrap();
         fs::create_dir_all(dir.path().join("lib")).unwrap();
+        fs::create_dir_all(dir.path().join("proc")).unwrap();
         fs::copy(
             examples().join("kubelet-config.yaml"),
             dir.path().join("config.yaml"),
@@ -62,6 +64,8 @@ impl Kubelet {
             .arg(examples().join("pods.yaml"))
             .arg("--policy")
             .arg(examples().join(policy))
+            .arg("--host-proc")
+            .arg(self.p("proc"))
             .args(extra);
         c
     }

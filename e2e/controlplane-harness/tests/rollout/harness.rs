@@ -82,6 +82,9 @@ pub(crate) fn kubelet_dir(
 ) -> PathBuf {
     let d = root.join(format!("kubelet-{node}"));
     std::fs::create_dir_all(d.join("conf.d")).expect("kubelet dir");
+    // The host's /proc as apply sees it: empty, so no kubelet process is checked whatever
+    // runs on this machine (the real-kubelet tests check one).
+    std::fs::create_dir_all(d.join("proc")).expect("kubelet dir");
     std::fs::write(
         d.join("config.yaml"),
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0,32\"\ntopologyManagerPolicy: none\n",
@@ -169,6 +172,8 @@ pub(crate) fn start_agent_with(
     .arg(kdir.join("config.yaml"))
     .arg("--kubelet-config-dir")
     .arg(kdir.join("conf.d"))
+    .arg("--host-proc")
+    .arg(kdir.join("proc"))
     .args([
         "--kubelet-restart",
         "command",

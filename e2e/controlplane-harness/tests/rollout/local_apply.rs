@@ -12,6 +12,8 @@ fn apply(kubeconfig: &Path, bin: &Path, kd: &Path, policy: &Path, node: &str) ->
         .arg(kd.join("config.yaml"))
         .arg("--kubelet-config-dir")
         .arg(kd.join("conf.d"))
+        .arg("--host-proc")
+        .arg(kd.join("proc"))
         .arg("--state")
         .arg(kd.join("cpu_manager_state"))
         .arg("--policy")
