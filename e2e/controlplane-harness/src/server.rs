@@ -85,7 +85,19 @@ impl ControlPlane {
         let Some(bins) = binaries()? else {
             return Ok(None);
         };
-        Self::start_with(bins).map(Some)
+        // The ports are found free, released, then handed to etcd and kube-apiserver: another
+        // process (a parallel test's kubelet or control plane) may take one in between. Such
+        // a start is tried again with new ports, twice at most.
+        let mut tries = 0;
+        loop {
+            match Self::start_with(bins.clone()) {
+                Err(e) if tries < 2 && e.to_string().contains("address already in use") => {
+                    tries += 1;
+                    eprintln!("control plane: a port was taken before it was bound, starting again with new ports: {e}");
+                }
+                started => return started.map(Some),
+            }
+        }
     }
 
     /// The control plane shared by every test of this test binary, started on first use.
