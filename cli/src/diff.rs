@@ -48,9 +48,45 @@ pub struct Args {
     /// are wanted.
     #[arg(long, value_name = "FILE")]
     pub policy: PathBuf,
+    /// The kubelet's command line: a copy of `/proc/<kubelet pid>/cmdline` (NUL-separated)
+    /// or the same as text (`ps -o args= -p <pid>`). Its `--feature-gates` override the
+    /// files' in the gate check, and without `--config-dir` the plan is refused (the kubelet
+    /// would ignore nodetopo's drop-in), as `apply` does on a node.
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_command_line: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+}
+
+/// The kubelet's command line from a file (see [`Args::kubelet_command_line`]): the
+/// program, then its arguments.
+pub fn read_command_line(path: &Path) -> anyhow::Result<kubelet_cmdline::KubeletCommandLine> {
+    let bytes = nodetopo_engine::files::read_bounded(path, 1 << 20)
+        .map_err(|e| anyhow::anyhow!("--kubelet-command-line {}: the file {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let words: Vec<String> = if text.contains('\0') {
+        text.split('\0')
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect()
+    } else {
+        text.split_whitespace().map(String::from).collect()
+    };
+    let Some(program) = words.first() else {
+        anyhow::bail!("--kubelet-command-line {}: empty", path.display());
+    };
+    // The program name is optional; the arguments start at the first flag.
+    let skip = usize::from(!program.starts_with('-'));
+    let k = kubelet_cmdline::parse(0, &words[skip..])
+        .map_err(|e| anyhow::anyhow!("--kubelet-command-line {}: {e}", path.display()))?;
+    if k.config_dir.is_none() {
+        anyhow::bail!(
+            "--kubelet-command-line {}: the kubelet runs without --config-dir, so it would ignore nodetopo's drop-in; start it with --config-dir",
+            path.display()
+        );
+    }
+    Ok(k)
 }
 
 /// Output formats of `diff`.
@@ -120,10 +156,23 @@ pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let text = nodetopo_engine::files::read_text_bounded(&args.policy, kubelet::MAX_CONFIG_BYTES)
         .map_err(|e| anyhow::anyhow!("--policy {}: the file {e}", args.policy.display()))?;
     let desired = kubelet::desired_from_policy(&text, &args.policy)?;
+    let command_line_gates = match &args.kubelet_command_line {
+        Some(path) => {
+            let k = read_command_line(path)?;
+            if let (None, Some(dir)) = (&args.kubelet_config_dir, &k.config_dir) {
+                anyhow::bail!(
+                    "--kubelet-command-line {}: the kubelet reads drop-ins from {dir}; give their copy with --kubelet-config-dir",
+                    path.display()
+                );
+            }
+            k.feature_gates
+        }
+        None => Default::default(),
+    };
     kubelet::check_gates(
         &args.kubelet_config,
         args.kubelet_config_dir.as_deref(),
-        &std::collections::BTreeMap::new(),
+        &command_line_gates,
         &desired,
     )?;
     Ok(plan_change(ChangeInput {

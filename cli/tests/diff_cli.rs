@@ -118,3 +118,92 @@ fn bad_inputs_are_named() {
     }
     println!("diff bad inputs: {n} checked");
 }
+
+/// `--kubelet-command-line`: the kubelet's `--feature-gates` override its files' in the gate
+/// check (as `apply` reads them from /proc), and a kubelet without `--config-dir` refuses
+/// the plan, in both file forms (/proc's NUL-separated cmdline and `ps` text).
+#[test]
+fn the_kubelets_command_line_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = examples();
+    let beta = dir.path().join("policy-beta.yaml");
+    std::fs::write(
+        &beta,
+        "spec:\n  cpuManager: {policy: static, reservedSystemCPUs: \"0,32\", options: {distribute-cpus-across-numa: \"true\"}}\n",
+    )
+    .unwrap();
+    let conf_d = dir.path().join("conf.d");
+    std::fs::create_dir_all(&conf_d).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let gate_off = write(
+        "cmdline",
+        b"/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--config-dir\0/etc/kubernetes/kubelet.conf.d\0--feature-gates=CPUManagerPolicyBetaOptions=false\0",
+    );
+    let gate_on = write(
+        "ps.txt",
+        b"/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d --feature-gates=CPUManagerPolicyBetaOptions=true\n",
+    );
+    let no_dir = write(
+        "no-dir.txt",
+        b"kubelet --config=/var/lib/kubelet/config.yaml --v=2\n",
+    );
+    let run = |policy: &std::path::Path, cmdline: Option<&std::path::Path>, conf: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_nodetopo"));
+        c.args([
+            "diff",
+            "--preset",
+            "epyc-7303-2p",
+            "-o",
+            "json",
+            "--kubelet-config",
+        ])
+        .arg(d.join("kubelet-config.yaml"))
+        .arg("--state")
+        .arg(d.join("cpu_manager_state"))
+        .arg("--policy")
+        .arg(policy);
+        if conf {
+            c.arg("--kubelet-config-dir").arg(&conf_d);
+        }
+        if let Some(f) = cmdline {
+            c.arg("--kubelet-command-line").arg(f);
+        }
+        c.output().unwrap()
+    };
+    // Beta options are on by default: planned without a command line and with the gate on.
+    for cmdline in [None, Some(gate_on.as_path())] {
+        let out = run(&beta, cmdline, true);
+        assert!(
+            out.status.success(),
+            "{cmdline:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let refused = [
+        (
+            run(&beta, Some(&gate_off), true),
+            "distribute-cpus-across-numa is beta in the kubelet, which refuses it unless featureGates.CPUManagerPolicyBetaOptions is true (the kubelet's configuration sets it false) (its command line sets --feature-gates CPUManagerPolicyBetaOptions=false",
+        ),
+        (
+            run(&d.join("policy-restart.yaml"), Some(&no_dir), true),
+            "the kubelet runs without --config-dir, so it would ignore nodetopo's drop-in",
+        ),
+        (
+            run(&d.join("policy-restart.yaml"), Some(&gate_on), false),
+            "the kubelet reads drop-ins from /etc/kubernetes/kubelet.conf.d; give their copy with --kubelet-config-dir",
+        ),
+    ];
+    for (out, want) in &refused {
+        assert_eq!(out.status.code(), Some(2), "{want}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+    println!(
+        "diff --kubelet-command-line: 2 planned, {} refused",
+        refused.len()
+    );
+}
