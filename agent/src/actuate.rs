@@ -424,13 +424,9 @@ fn plan_and_carry_out(
     svc: &mut dyn KubeletService,
 ) -> anyhow::Result<ApplyReport> {
     let files = input.files;
-    let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
-    kubelet::check_gates(
-        &files.config,
-        Some(&files.config_dir),
-        command_line_gates,
-        input.desired,
-    )?;
+    let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
+    kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
+    let current = read.owned;
     let read = cli_diff::read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.format);
     let state: Option<KubeletCpuState> = read.map(|r| r.state);

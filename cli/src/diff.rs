@@ -146,8 +146,7 @@ pub fn machine(preset: Option<&str>, sysfs_root: Option<&Path>) -> anyhow::Resul
 /// Reads every input and plans.
 pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let topology = machine(args.preset.as_deref(), args.sysfs_root.as_deref())?;
-    let current =
-        kubelet::read_effective(&args.kubelet_config, args.kubelet_config_dir.as_deref())?;
+    let read = kubelet::read_config(&args.kubelet_config, args.kubelet_config_dir.as_deref())?;
     let state: Option<KubeletCpuState> = match &args.state {
         Some(p) => read_state(p)?.map(|r| r.state),
         None => None,
@@ -169,15 +168,10 @@ pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
         }
         None => Default::default(),
     };
-    kubelet::check_gates(
-        &args.kubelet_config,
-        args.kubelet_config_dir.as_deref(),
-        &command_line_gates,
-        &desired,
-    )?;
+    kubelet::check_gates(&read.feature_gates, &command_line_gates, &desired)?;
     Ok(plan_change(ChangeInput {
         topology: &topology,
-        current: &current,
+        current: &read.owned,
         state: state.as_ref(),
         pods: &pods,
         desired: &desired,

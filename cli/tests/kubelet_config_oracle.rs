@@ -25,9 +25,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nodetopo_cli::diff::kubelet::{
-    read_below_dropin, read_effective, read_feature_gates, render_dropin, DROPIN_NAME,
-};
+use nodetopo_cli::diff::kubelet::{read_below_dropin, read_config, render_dropin, DROPIN_NAME};
 use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::{quantity, CpuSet};
 use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
@@ -488,9 +486,10 @@ fn config_reading_agrees_with_the_kubelet() {
             }
             s
         };
-        let ours = read_effective(&case.config(), Some(&case.config_dir()));
+        let ours = read_config(&case.config(), Some(&case.config_dir()));
         match (&ours, answer.ok) {
-            (Ok(ours), true) => {
+            (Ok(read), true) => {
+                let ours = &read.owned;
                 let owned = answer.owned.as_ref().expect("owned");
                 let kubelet = kubelet_owned(owned);
                 assert_eq!(
@@ -499,10 +498,9 @@ fn config_reading_agrees_with_the_kubelet() {
                     "owned fields differ\n{}",
                     files()
                 );
-                let gates = read_feature_gates(&case.config(), Some(&case.config_dir()))
-                    .expect("feature gates of files both read");
+                let gates = &read.feature_gates;
                 assert_eq!(
-                    gates,
+                    *gates,
                     owned.feature_gates.clone().unwrap_or_default(),
                     "featureGates differ\n{}",
                     files()

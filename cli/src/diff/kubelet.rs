@@ -203,18 +203,13 @@ fn merge_files<'a>(
 }
 
 /// The kubelet's `featureGates` from its config file and drop-in directory (merged as the
-/// owned fields are). Gates given on the kubelet's command line (`--feature-gates`) are not
-/// in these files and not seen.
+/// owned fields are; see [`read_config`]). Gates given on the kubelet's command line
+/// (`--feature-gates`) are not in these files and not seen.
 pub fn read_feature_gates(
     config: &Path,
     config_dir: Option<&Path>,
 ) -> anyhow::Result<BTreeMap<String, bool>> {
-    let files = match config_dir {
-        Some(dir) => dropins(dir)?,
-        None => Vec::new(),
-    };
-    let (merged, last_set) = merge_files(config, &files)?;
-    gates_of(&merged, &last_set)
+    Ok(read_config(config, config_dir)?.feature_gates)
 }
 
 /// The `featureGates` of the merged configuration; a value other than true or false makes
@@ -243,16 +238,15 @@ fn gates_of(
 }
 
 /// Stops, naming each, on the options of `desired` that the kubelet would refuse under the
-/// feature gates of its files ([`read_feature_gates`]) overridden by those of its command
-/// line (`command_line`, from [`super::kubelet_cmdline`]; see
+/// feature gates of its files (`files`, [`KubeletFileConfig::feature_gates`]) overridden by
+/// those of its command line (`command_line`, from [`super::kubelet_cmdline`]; see
 /// [`nodetopo_engine::change::gate_problems`]). nodetopo does not change feature gates.
 pub fn check_gates(
-    config: &Path,
-    config_dir: Option<&Path>,
+    files: &BTreeMap<String, bool>,
     command_line: &BTreeMap<String, bool>,
     desired: &OwnedConfig,
 ) -> anyhow::Result<()> {
-    let mut gates = read_feature_gates(config, config_dir)?;
+    let mut gates = files.clone();
     gates.extend(command_line.iter().map(|(g, v)| (g.clone(), *v)));
     let problems = nodetopo_engine::change::gate_problems(desired, &gates);
     if !problems.is_empty() {
@@ -276,14 +270,23 @@ pub fn check_gates(
     Ok(())
 }
 
-/// The owned fields after `files` (the `--config` file first, then drop-ins in order): the
-/// drop-ins are merged as JSON and the result decoded once at the end, as the kubelet does,
-/// so a value a later drop-in replaces is never type-checked. An owned field of the wrong
-/// type names the last file that set it.
-fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfig> {
+/// What nodetopo reads of the kubelet's configuration files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletFileConfig {
+    /// The owned fields.
+    pub owned: OwnedConfig,
+    /// `featureGates`.
+    pub feature_gates: BTreeMap<String, bool>,
+}
+
+/// The owned fields and feature gates after `files` (the `--config` file first, then
+/// drop-ins in order): the drop-ins are merged as JSON and the result decoded once at the
+/// end, as the kubelet does, so a value a later drop-in replaces is never type-checked. A
+/// field of the wrong type names the last file that set it.
+fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFileConfig> {
     use serde_json::Value as J;
     let (merged, last_set) = merge_files(config, dropins)?;
-    gates_of(&merged, &last_set)?;
+    let feature_gates = gates_of(&merged, &last_set)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
             None | Some(J::Null) => Ok(String::new()),
@@ -342,17 +345,25 @@ fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<OwnedConfi
             out.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
         }
     }
-    Ok(out)
+    Ok(KubeletFileConfig {
+        owned: out,
+        feature_gates,
+    })
 }
 
-/// The kubelet's effective owned fields from its config file and drop-in directory
-/// (`None`: the kubelet runs without `--config-dir`).
-pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
+/// The kubelet's effective owned fields and feature gates from its config file and drop-in
+/// directory (`None`: the kubelet runs without `--config-dir`), every file read once.
+pub fn read_config(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<KubeletFileConfig> {
     let files = match config_dir {
         Some(dir) => dropins(dir)?,
         None => Vec::new(),
     };
     effective_of(config, &files)
+}
+
+/// The kubelet's effective owned fields ([`read_config`]).
+pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
+    Ok(read_config(config, config_dir)?.owned)
 }
 
 /// The owned fields from the config file and the drop-ins the kubelet applies before
@@ -368,7 +379,7 @@ pub fn read_below_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<Own
                 .is_some_and(|first| first.as_os_str().as_encoded_bytes() < DROPIN_NAME.as_bytes())
         })
         .collect();
-    effective_of(config, &before)
+    Ok(effective_of(config, &before)?.owned)
 }
 
 /// The drop-in files under a directory, in the order the kubelet applies them: the files
@@ -699,14 +710,23 @@ mod tests {
         };
         c.cpu_manager_policy_options
             .insert("align-by-socket".into(), "true".into());
-        check_gates(&main, Some(&d), &BTreeMap::new(), &c).unwrap();
+        check_gates(
+            &read_feature_gates(&main, Some(&d)).unwrap(),
+            &BTreeMap::new(),
+            &c,
+        )
+        .unwrap();
         write(
             &d.join("60-off.conf"),
             "featureGates: {CPUManagerPolicyAlphaOptions: false}\n",
         );
-        let e = check_gates(&main, Some(&d), &BTreeMap::new(), &c)
-            .unwrap_err()
-            .to_string();
+        let e = check_gates(
+            &read_feature_gates(&main, Some(&d)).unwrap(),
+            &BTreeMap::new(),
+            &c,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("align-by-socket is alpha") && e.contains("sets it false"),
             "{e}"
