@@ -66,12 +66,7 @@ fn apply_waits_for_the_real_kubelets_node() {
     );
     let mut checks = 0;
     let t = Instant::now();
-    let out = k.run_hook("start.sh");
-    assert!(
-        out.status.success(),
-        "the kubelet did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    k.start();
     // The kubelet registers its Node and posts Ready.
     let first = loop {
         match node_ready(&cp, NODE) {
@@ -220,12 +215,7 @@ fn rollout_on_a_real_kubelet() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     };
-    let out = k.run_hook("start.sh");
-    assert!(
-        out.status.success(),
-        "the kubelet did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    k.start();
     wait(
         "the Node Ready",
         60,

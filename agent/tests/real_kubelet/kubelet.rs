@@ -266,6 +266,16 @@ curl -sf --max-time 2 http://127.0.0.1:{port}/healthz >/dev/null || {{ echo 'hea
         Command::new("bash").arg(self.p(name)).output().unwrap()
     }
 
+    /// Starts the kubelet with the start hook; panics with the hook's error when it fails.
+    pub(crate) fn start(&self) {
+        let out = self.run_hook("start.sh");
+        assert!(
+            out.status.success(),
+            "the kubelet did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// How many times the kubelet was started.
     pub(crate) fn starts(&self) -> u32 {
         fs::read_to_string(self.p("runs"))

@@ -25,12 +25,7 @@ fn apply_on_a_real_kubelet() {
 
     // The node's kubelet before nodetopo: static, CPU 0 reserved, an empty drop-in directory.
     let t = Instant::now();
-    let out = k.run_hook("start.sh");
-    assert!(
-        out.status.success(),
-        "the kubelet did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    k.start();
     println!(
         "real kubelet: first start in {:.1} s, {} online CPUs ({all})",
         t.elapsed().as_secs_f64(),
@@ -137,7 +132,7 @@ fn apply_on_a_real_kubelet() {
         err.trim()
     );
     fs::write(k.p("root/cpu_manager_state"), &rewritten).unwrap();
-    assert!(k.run_hook("start.sh").status.success());
+    k.start();
     assert_eq!(k.starts(), 5);
     checks += 3;
 
@@ -255,12 +250,7 @@ fn apply_keeps_a_pinned_pod_on_a_real_kubelet() {
 
     // The kubelet admits the static pod, gives its container an exclusive CPU and the fake
     // runtime runs it.
-    let out = k.run_hook("start.sh");
-    assert!(
-        out.status.success(),
-        "the kubelet did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    k.start();
     let t = Instant::now();
     let container_started = format!(
         "\"Type\":\"ContainerStarted\",\"Data\":\"pinned-vm_default_{PINNED_UID}_0_app_0\""

@@ -61,21 +61,9 @@ use harness::*;
 
 #[tokio::test]
 async fn rollout_against_a_real_apiserver() {
-    let cp = match ControlPlane::start() {
-        Ok(Some(cp)) => cp,
-        Ok(None) => return,
-        Err(e) => panic!("control plane: {e}"),
-    };
-    let Some(operator) = nodetopo_controlplane::workspace_binary("nodetopo-operator") else {
+    let Some((cp, operator, agent)) = cluster().await else {
         return;
     };
-    let Some(agent) = nodetopo_controlplane::workspace_binary("nodetopo-agent") else {
-        return;
-    };
-    cp.install_crds().await.expect("CRDs");
-    cp.ensure_service_account(NS, "default")
-        .await
-        .expect("namespace");
     let Apis {
         nodes,
         policies,
