@@ -64,15 +64,7 @@ pub struct Args {
 pub fn read_command_line(path: &Path) -> anyhow::Result<kubelet_cmdline::KubeletCommandLine> {
     let bytes = nodetopo_engine::files::read_bounded(path, 1 << 20)
         .map_err(|e| anyhow::anyhow!("--kubelet-command-line {}: the file {e}", path.display()))?;
-    let text = String::from_utf8_lossy(&bytes);
-    let words: Vec<String> = if text.contains('\0') {
-        text.split('\0')
-            .filter(|a| !a.is_empty())
-            .map(String::from)
-            .collect()
-    } else {
-        text.split_whitespace().map(String::from).collect()
-    };
+    let words = kubelet_cmdline::words(&bytes);
     let Some(program) = words.first() else {
         anyhow::bail!("--kubelet-command-line {}: empty", path.display());
     };

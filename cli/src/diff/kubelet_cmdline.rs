@@ -35,6 +35,20 @@ fn go_bool(v: &str) -> Option<bool> {
     }
 }
 
+/// The words of a command line: NUL-separated as in `/proc/PID/cmdline`, or, without a
+/// NUL, whitespace-separated text (`ps -o args=`). Empty words are dropped.
+pub fn words(bytes: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(bytes);
+    if text.contains('\0') {
+        text.split('\0')
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect()
+    } else {
+        text.split_whitespace().map(String::from).collect()
+    }
+}
+
 /// Parses a kubelet's arguments (without the program name) as its flag library (pflag)
 /// does for the three flags read: `--name=value` or `--name value`, up to a lone `--`.
 /// Other flags are skipped; a value of theirs that is not itself a flag is never taken
@@ -111,23 +125,15 @@ pub fn kubelets(proc_root: &Path) -> anyhow::Result<Vec<KubeletCommandLine>> {
         let Ok(bytes) = nodetopo_engine::files::read_bounded(&path, MAX_CMDLINE_BYTES) else {
             continue;
         };
-        let argv: Vec<String> = bytes
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        let argv = words(&bytes);
         let Some(program) = argv.first() else {
             continue;
         };
         if Path::new(program).file_name().and_then(|n| n.to_str()) != Some("kubelet") {
             continue;
         }
-        let args: Vec<String> = argv[1..]
-            .iter()
-            .filter(|a| !a.is_empty())
-            .cloned()
-            .collect();
         out.push(
-            parse(pid, &args).map_err(|e| {
+            parse(pid, &argv[1..]).map_err(|e| {
                 anyhow::anyhow!("the kubelet process {pid} ({}): {e}", path.display())
             })?,
         );
@@ -207,17 +213,13 @@ pub fn decide(found: Vec<KubeletCommandLine>, check: &ProcessCheck) -> anyhow::R
     if found.is_empty() {
         return Ok(Checked::NoKubelet);
     }
-    let mut ours: Vec<KubeletCommandLine> = found
-        .iter()
-        .filter(|k| {
-            k.config
-                .as_deref()
-                .is_some_and(|c| same(c, &check.host_config))
-        })
-        .cloned()
-        .collect();
+    let (mut ours, others): (Vec<_>, Vec<_>) = found.into_iter().partition(|k| {
+        k.config
+            .as_deref()
+            .is_some_and(|c| same(c, &check.host_config))
+    });
     let Some(k) = ours.pop() else {
-        let seen: Vec<String> = found
+        let seen: Vec<String> = others
             .iter()
             .map(|k| {
                 format!(
