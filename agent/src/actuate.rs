@@ -76,6 +76,78 @@ pub trait KubeletService {
     }
 }
 
+/// When the kubelet's last start or restart returned, on the monotonic clock and on the
+/// wall clock (Node heartbeats are wall-clock times).
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// Monotonic.
+    pub at: std::time::Instant,
+    /// Wall clock.
+    pub wall: k8s_openapi::jiff::Timestamp,
+}
+
+impl Started {
+    /// Now.
+    pub fn now() -> Self {
+        Started {
+            at: std::time::Instant::now(),
+            wall: k8s_openapi::jiff::Timestamp::now(),
+        }
+    }
+}
+
+/// A verification made once the kubelet service reports healthy, judged from the end of the
+/// last start or restart ([`AfterStart`] wraps a service with it).
+pub trait StartCheck {
+    /// After [`KubeletService::healthy`].
+    fn after_healthy(&mut self, started: Started) -> Result<(), String>;
+    /// After [`KubeletService::recovered`] (a rollback restarted the kubelet on its old files).
+    fn after_recovered(&mut self, started: Started) -> Result<(), String>;
+}
+
+/// A [`KubeletService`] whose start and restart are timed and whose health checks are
+/// followed by `check`: the executor's verify step decorated (Node Ready, KubeletAgreement).
+pub struct AfterStart<C> {
+    inner: Box<dyn KubeletService + Send>,
+    pub(crate) check: C,
+    started: Started,
+}
+
+impl<C> AfterStart<C> {
+    /// `inner`, then `check`.
+    pub fn wrap(inner: Box<dyn KubeletService + Send>, check: C) -> Self {
+        AfterStart {
+            inner,
+            check,
+            started: Started::now(),
+        }
+    }
+}
+
+impl<C: StartCheck> KubeletService for AfterStart<C> {
+    fn stop(&mut self) -> Result<(), String> {
+        self.inner.stop()
+    }
+    fn start(&mut self) -> Result<(), String> {
+        let r = self.inner.start();
+        self.started = Started::now();
+        r
+    }
+    fn restart(&mut self) -> Result<(), String> {
+        let r = self.inner.restart();
+        self.started = Started::now();
+        r
+    }
+    fn healthy(&mut self) -> Result<(), String> {
+        self.inner.healthy()?;
+        self.check.after_healthy(self.started)
+    }
+    fn recovered(&mut self) -> Result<(), String> {
+        self.inner.recovered()?;
+        self.check.after_recovered(self.started)
+    }
+}
+
 fn run_argv(argv: &[String]) -> Result<(), String> {
     let (cmd, args) = argv.split_first().ok_or("empty command")?;
     let out = std::process::Command::new(cmd)

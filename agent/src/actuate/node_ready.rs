@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
-use super::KubeletService;
+use super::{AfterStart, KubeletService, StartCheck, Started};
 
 /// Whether `node` shows a kubelet that is Ready and has posted its status at or after
 /// `since` (whole seconds). The error says what was seen.
@@ -55,19 +55,20 @@ pub fn node_ready_since(node: &Node, since: Timestamp) -> Result<(), String> {
     Ok(())
 }
 
-/// A [`KubeletService`] whose health check also waits for the Node to be Ready again.
-pub struct NodeReadyCheck {
-    inner: Box<dyn KubeletService + Send>,
+/// The Node Ready wait, made after the kubelet service's health checks ([`AfterStart`]).
+pub struct NodeReady {
     handle: tokio::runtime::Handle,
     nodes: Api<Node>,
     node: String,
     wait: Duration,
     poll: Duration,
-    since: Timestamp,
     flag: &'static str,
 }
 
-impl NodeReadyCheck {
+/// A [`KubeletService`] whose health check also waits for the Node to be Ready again.
+pub type NodeReadyCheck = AfterStart<NodeReady>;
+
+impl AfterStart<NodeReady> {
     /// Wraps `inner`; `handle` runs the API reads (the executor runs on a blocking thread).
     pub fn new(
         inner: Box<dyn KubeletService + Send>,
@@ -76,29 +77,32 @@ impl NodeReadyCheck {
         node: &str,
         wait: Duration,
     ) -> Self {
-        NodeReadyCheck {
+        AfterStart::wrap(
             inner,
-            handle,
-            nodes,
-            node: node.to_string(),
-            wait,
-            poll: Duration::from_secs(1),
-            since: Timestamp::now(),
-            flag: "--actuation-verify-seconds",
-        }
+            NodeReady {
+                handle,
+                nodes,
+                node: node.to_string(),
+                wait,
+                poll: Duration::from_secs(1),
+                flag: "--actuation-verify-seconds",
+            },
+        )
     }
 
     /// Names `flag` as the wait's setting in messages (`apply --verify-seconds`).
     pub fn with_flag(mut self, flag: &'static str) -> Self {
-        self.flag = flag;
+        self.check.flag = flag;
         self
     }
+}
 
-    fn wait_ready(&self) -> Result<(), String> {
+impl NodeReady {
+    fn wait_ready(&self, since: Timestamp) -> Result<(), String> {
         let deadline = Instant::now() + self.wait;
         loop {
             let last = match self.handle.block_on(self.nodes.get(&self.node)) {
-                Ok(n) => match node_ready_since(&n, self.since) {
+                Ok(n) => match node_ready_since(&n, since) {
                     Ok(()) => return Ok(()),
                     Err(why) => why,
                 },
@@ -120,27 +124,12 @@ impl NodeReadyCheck {
     }
 }
 
-impl KubeletService for NodeReadyCheck {
-    fn stop(&mut self) -> Result<(), String> {
-        self.inner.stop()
+impl StartCheck for NodeReady {
+    fn after_healthy(&mut self, started: Started) -> Result<(), String> {
+        self.wait_ready(started.wall)
     }
-    fn start(&mut self) -> Result<(), String> {
-        let r = self.inner.start();
-        self.since = Timestamp::now();
-        r
-    }
-    fn restart(&mut self) -> Result<(), String> {
-        let r = self.inner.restart();
-        self.since = Timestamp::now();
-        r
-    }
-    fn healthy(&mut self) -> Result<(), String> {
-        self.inner.healthy()?;
-        self.wait_ready()
-    }
-    fn recovered(&mut self) -> Result<(), String> {
-        self.inner.recovered()?;
-        self.wait_ready()
+    fn after_recovered(&mut self, started: Started) -> Result<(), String> {
+        self.wait_ready(started.wall)
     }
 }
 

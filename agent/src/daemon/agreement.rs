@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use nodetopo_crds::conditions::{reason, ConditionSpec};
 use tokio::sync::{watch, Notify};
 
-use crate::actuate::KubeletService;
+use crate::actuate::{AfterStart, KubeletService, StartCheck, Started};
 
 /// What the agent last saw of the kubelet, as published after a cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,21 +107,23 @@ pub struct AgreementFeed {
     pub read_now: Arc<Notify>,
 }
 
-/// A [`KubeletService`] whose health check also waits for `KubeletAgreement` after the
-/// restart (see the module documentation). What it confirmed is left in `verified`.
-pub struct AgreementCheck {
-    inner: Box<dyn KubeletService + Send>,
+/// The KubeletAgreement wait, made after the kubelet service's health checks
+/// ([`AfterStart`]). What it confirmed is left in `verified`.
+pub struct Agreement {
     handle: tokio::runtime::Handle,
     feed: AgreementFeed,
     generation: i64,
     wait: Duration,
     poll: Duration,
     before: Option<AgreementSeen>,
-    since: Instant,
     verified: Arc<Mutex<Option<String>>>,
 }
 
-impl AgreementCheck {
+/// A [`KubeletService`] whose health check also waits for `KubeletAgreement` after the
+/// restart (see the module documentation).
+pub type AgreementCheck = AfterStart<Agreement>;
+
+impl AfterStart<Agreement> {
     /// Wraps `inner` for an apply of `generation`; `handle` runs the waits (the executor
     /// runs on a blocking thread). The view published now is the "before" of the apply.
     pub fn new(
@@ -133,21 +135,24 @@ impl AgreementCheck {
         verified: Arc<Mutex<Option<String>>>,
     ) -> Self {
         let before = feed.seen.borrow().clone();
-        AgreementCheck {
+        AfterStart::wrap(
             inner,
-            handle,
-            feed,
-            generation,
-            wait,
-            poll: Duration::from_secs(1),
-            before,
-            since: Instant::now(),
-            verified,
-        }
+            Agreement {
+                handle,
+                feed,
+                generation,
+                wait,
+                poll: Duration::from_secs(1),
+                before,
+                verified,
+            },
+        )
     }
+}
 
-    fn wait_agreement(&mut self) -> Result<String, String> {
-        let deadline = self.since + self.wait;
+impl Agreement {
+    fn wait_agreement(&mut self, since: Instant) -> Result<String, String> {
+        let deadline = since + self.wait;
         let mut asked: Option<Instant> = None;
         loop {
             let seen = self.feed.seen.borrow_and_update().clone();
@@ -155,7 +160,7 @@ impl AgreementCheck {
                 self.before.as_ref(),
                 seen.as_ref(),
                 self.generation,
-                self.since,
+                since,
             ) {
                 Ok(confirmed) => return Ok(confirmed),
                 Err(why) => why,
@@ -181,32 +186,18 @@ impl AgreementCheck {
     }
 }
 
-impl KubeletService for AgreementCheck {
-    fn stop(&mut self) -> Result<(), String> {
-        self.inner.stop()
-    }
-    fn start(&mut self) -> Result<(), String> {
-        let r = self.inner.start();
-        self.since = Instant::now();
-        r
-    }
-    fn restart(&mut self) -> Result<(), String> {
-        let r = self.inner.restart();
-        self.since = Instant::now();
-        r
-    }
-    fn healthy(&mut self) -> Result<(), String> {
-        self.inner.healthy()?;
-        let confirmed = self.wait_agreement()?;
+impl StartCheck for Agreement {
+    fn after_healthy(&mut self, started: Started) -> Result<(), String> {
+        let confirmed = self.wait_agreement(started.at)?;
         if let Ok(mut v) = self.verified.lock() {
             *v = Some(confirmed);
         }
         Ok(())
     }
-    fn recovered(&mut self) -> Result<(), String> {
+    fn after_recovered(&mut self, _: Started) -> Result<(), String> {
         // After a rollback the kubelet runs the old configuration: only its own health
         // (and the Node) are checked, not agreement with the spec it refused.
-        self.inner.recovered()
+        Ok(())
     }
 }
 
