@@ -140,6 +140,8 @@ render podresources-only --set agent.readPodResources=true
 render podresources-off --set agent.readPodResources=false
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
+render host-network --set agent.hostNetwork=true --set operator.hostNetwork=true \
+  --set apiServer.host=10.1.2.3 --set-string apiServer.port=6443
 render actuation-private --set agent.actuation.enabled=true --set agent.actuation.systemdBus=private
 render actuation-none --set agent.actuation.enabled=true --set agent.actuation.restart=none
 render actuation-no-proc --set agent.actuation.enabled=true --set agent.actuation.checkKubeletProcess=false
@@ -169,7 +171,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command host-network; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -231,6 +233,14 @@ bad_case podresources-bool "at '/agent/readPodResources': got string, want boole
   'agent: {readPodResources: "yes"}'
 bad_case node-selector "at '/agent/nodeSelector/disktype': got number, want string" \
   'agent: {nodeSelector: {disktype: 1}}'
+
+if out=$("$HELM" template "$RELEASE" "$CHART" --set-string apiServer.port=6443 2>&1); then
+  fail "helm template accepted apiServer.port without apiServer.host"
+elif grep -q "apiServer.port needs apiServer.host" <<<"$out"; then
+  pass "apiServer.port without apiServer.host rejected, naming both"
+else
+  fail "apiServer.port without apiServer.host failed without the expected message: $out"
+fi
 
 # --- rendered manifests: security settings, RBAC, wiring ---------------------------------
 python_checks() { # rendered file, label, expect VAP (yes/no), expect ServiceMonitor (yes/no)
@@ -299,8 +309,25 @@ for w in workloads:
     name, comp = w["metadata"]["name"], component(w)
     pod = w["spec"]["template"]["spec"]
     psc = pod.get("securityContext") or {}
-    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+    for flag in ("hostPID", "hostIPC"):
         check(not pod.get(flag), f"{name}: {flag} not set")
+    if label == "host-network":
+        check(pod.get("hostNetwork") is True and pod.get("dnsPolicy") == "ClusterFirstWithHostNet",
+              f"{name}: {comp}.hostNetwork=true gives hostNetwork with dnsPolicy ClusterFirstWithHostNet")
+        for c in pod.get("containers", []):
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            check(env.get("KUBERNETES_SERVICE_HOST") == "10.1.2.3" and env.get("KUBERNETES_SERVICE_PORT") == "6443",
+                  f"{name}/{c['name']}: apiServer.host/port become KUBERNETES_SERVICE_HOST/PORT")
+    else:
+        check(not pod.get("hostNetwork"), f"{name}: hostNetwork not set")
+        for c in pod.get("containers", []):
+            check(not any(e["name"].startswith("KUBERNETES_SERVICE") for e in c.get("env", [])),
+                  f"{name}/{c['name']}: the kubelet's KUBERNETES_SERVICE_HOST/PORT left alone")
+    for c in pod.get("containers", []):
+        for m in c.get("volumeMounts", []):
+            if m["name"] == "kubelet-dir":
+                check(m.get("mountPropagation") == "HostToContainer",
+                      f"{name}/{c['name']}: the kubelet directory mounted with mountPropagation HostToContainer (pod volumes not pinned)")
     containers = pod.get("containers", []) + pod.get("initContainers", [])
     mounts_rw = set()
     for c in containers:
@@ -642,7 +669,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "host-network yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"

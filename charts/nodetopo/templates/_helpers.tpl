@@ -99,3 +99,20 @@ true
 {{- .Values.agent.runAsUser -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+KUBERNETES_SERVICE_HOST/PORT from apiServer (empty: the kubelet's own injection stands).
+*/}}
+{{- define "nodetopo.apiServerEnv" -}}
+{{- with .Values.apiServer }}
+{{- if and .port (not .host) }}
+{{- fail "apiServer.port needs apiServer.host" }}
+{{- end }}
+{{- if .host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .port | default "443" | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
