@@ -65,8 +65,22 @@ impl Core {
                 keys.insert((uid, c));
             }
         }
+        // The PodResources API lists a pod's app containers and its sidecars (restartable
+        // init containers), never an init container that ran to completion (kubelet v1.37
+        // podresources server, `List`): its CPUs, which the kubelet hands on to the app
+        // containers, are not an answer of "no CPUs" there.
+        let unreported = |uid: &str, c: &str| {
+            k.source == KubeletSource::PodResources
+                && self.pods.get(uid).is_some_and(|p| {
+                    p.pod
+                        .init_containers
+                        .iter()
+                        .any(|i| i.name == c && !i.restartable)
+                })
+        };
         let none = CpuSet::new();
         keys.into_iter()
+            .filter(|(uid, c)| !unreported(uid, c))
             .filter_map(|(uid, c)| {
                 let theirs = k.entries.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);
                 let mine = ours.get(uid).and_then(|m| m.get(c)).unwrap_or(&none);

@@ -553,3 +553,49 @@ fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alo
     assert_eq!(applied(&core).2, "the plan");
     println!("Applied verdict messages checked: 5");
 }
+
+/// Found on the real node (e2e/tests/local_node.rs): the kubelet's PodResources `List` never
+/// lists an init container that ran to completion, so its CPUs (handed on to the app
+/// container) are not a disagreement; a sidecar (restartable init container) still counts.
+#[test]
+fn podresources_leaves_finished_init_containers_out_of_agreement() {
+    use crate::daemon::podresources::{ContainerCpus, KubeletView};
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    let mut p = pod("a", "ua", "2024-01-01T00:00:00Z", 2);
+    let mut init = p.pod.containers[0].clone();
+    init.name = "init".into();
+    p.pod.init_containers.push(init);
+    core.apply(Event::PodsSynced(vec![p.clone()]));
+    core.reconcile();
+    let ours = core.checkpoint().expect("cp").entries;
+    assert!(ours["ua"].contains_key("init"), "nodetopo assigns the init container: {ours:?}");
+    let app = CpuSet::parse(&ours["ua"]["app"]).expect("set");
+    let view = |containers: &[&str]| KubeletView {
+        allocatable_cpus: topo().all_cpus().difference(&CpuSet::parse("0,32").expect("set")),
+        containers: containers
+            .iter()
+            .map(|c| ContainerCpus {
+                namespace: "default".into(),
+                pod: "a".into(),
+                container: (*c).into(),
+                cpus: app.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    core.apply(Event::PodResources(Ok(Some(view(&["app"])))));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!((k.status.as_str(), k.reason.as_str()), ("True", "Agree"), "{}", k.message);
+
+    // The same init container as a sidecar: PodResources must list it.
+    p.pod.init_containers[0].restartable = true;
+    core.apply(Event::PodsSynced(vec![p]));
+    core.reconcile();
+    core.apply(Event::PodResources(Ok(Some(view(&["app"])))));
+    let st = core.status(&[], &now());
+    let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(k.status, "False", "a sidecar missing from PodResources: {}", k.message);
+    assert!(k.message.contains("default/a/init"), "{}", k.message);
+}
