@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the test control plane (kube-apiserver from k8s.io/kubernetes and an etcd from
-# go.etcd.io/etcd/server/v3/embed, both pinned in this module's go.mod/go.sum) into
-# <cargo target dir>/controlplane/. Safe to run concurrently: one build per machine under
+# Builds the test control plane (kube-apiserver, kube-controller-manager and kube-scheduler
+# from k8s.io/kubernetes, and an etcd from go.etcd.io/etcd/server/v3/embed, all pinned in this
+# module's go.mod/go.sum) into <cargo target dir>/controlplane/. The controller manager and
+# the scheduler serve the local-node tests (DaemonSets and Deployments need both). Safe to run concurrently: one build per machine under
 # flock; later runs reuse the binaries while the inputs' hash is unchanged.
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -18,7 +19,10 @@ flock 9
 
 # Everything that changes the binaries: module pins, our sources, this script, the toolchain.
 key="$( { cat "$here/go.mod" "$here/go.sum" "$here/build.sh"; find "$here/cmd" -name '*.go' -print0 | sort -z | xargs -0 cat; go version; } | sha256sum | cut -d' ' -f1)"
-if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && "$(cat "$out/stamp" 2>/dev/null)" == "$key" ]]; then
+binaries=(kube-apiserver kube-controller-manager kube-scheduler)
+present=1
+for b in etcd "${binaries[@]}"; do [[ -x "$out/$b" ]] || present=0; done
+if [[ $present == 1 && "$(cat "$out/stamp" 2>/dev/null)" == "$key" ]]; then
   echo "build.sh: control plane up to date in $out" >&2
   echo "$out"
   exit 0
@@ -31,10 +35,12 @@ version="v1.37.2"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
 echo "build.sh: building etcd (go.etcd.io/etcd/server/v3 embed)" >&2
 go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" ./cmd/etcd
-echo "build.sh: building kube-apiserver $version" >&2
-go build -trimpath -ldflags "$ldflags" -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+for b in "${binaries[@]}"; do
+  echo "build.sh: building $b $version" >&2
+  go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+done
 mv -f "$out/etcd.tmp" "$out/etcd"
-mv -f "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+for b in "${binaries[@]}"; do mv -f "$out/$b.tmp" "$out/$b"; done
 echo "$key" > "$out/stamp"
 echo "build.sh: built in $(( $(date +%s) - start ))s into $out" >&2
 echo "$out"

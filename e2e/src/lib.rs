@@ -13,5 +13,7 @@
 
 pub mod config;
 pub mod objects;
+pub mod pods;
+pub mod scenario;
 pub mod shell;
 pub mod wait;

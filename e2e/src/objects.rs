@@ -96,6 +96,12 @@ pub struct TopologyView {
     pub allocations: Vec<Allocation>,
     /// `status.conditions`.
     pub conditions: Vec<Condition>,
+    /// `status.kubelet.source` (`PodResources`, `Checkpoint`, `None`), when published.
+    pub kubelet_source: Option<String>,
+    /// `status.kubelet.defaultCPUSet`, when published.
+    pub kubelet_default: Option<CpuSet>,
+    /// `status.kubelet.assignments` (pod is `namespace/name`, or empty when unknown).
+    pub kubelet_assignments: Vec<Allocation>,
 }
 
 fn field<'a>(v: &'a Value, pointer: &str) -> Option<&'a Value> {
@@ -195,6 +201,26 @@ impl Reader<'_> {
         Ok(allocations)
     }
 
+    /// `status.kubelet.assignments`: (`namespace/name` or empty, container, CPUs).
+    fn kubelet_assignments(&self) -> Result<Vec<Allocation>, ShapeError> {
+        let mut out = Vec::new();
+        for i in 0..self.list_len("/status/kubelet/assignments")? {
+            let base = format!("/status/kubelet/assignments/{i}");
+            let cpus_path = format!("{base}/cpus");
+            out.push(Allocation {
+                pod: self.string_at(&format!("{base}/pod"))?.unwrap_or_default(),
+                container: self
+                    .string_at(&format!("{base}/container"))?
+                    .unwrap_or_default(),
+                cpus: self
+                    .cpus_at(&cpus_path)?
+                    .ok_or_else(|| self.err(&cpus_path, "missing".to_string()))?,
+                numa_nodes: Vec::new(),
+            });
+        }
+        Ok(out)
+    }
+
     /// `status.conditions`: absent string fields read as empty.
     fn conditions(&self) -> Result<Vec<Condition>, ShapeError> {
         let mut conditions = Vec::new();
@@ -233,7 +259,11 @@ impl TopologyView {
         };
         let allocations = r.allocations()?;
         let conditions = r.conditions()?;
+        let kubelet_assignments = r.kubelet_assignments()?;
         Ok(Self {
+            kubelet_source: r.string_at("/status/kubelet/source")?,
+            kubelet_default: r.cpus_at("/status/kubelet/defaultCPUSet")?,
+            kubelet_assignments,
             generation: obj.metadata.generation.unwrap_or(0),
             cpu_policy: r.string_at("/spec/cpuManager/policy")?,
             tm_policy: r.string_at("/spec/topologyManager/policy")?,
@@ -367,52 +397,6 @@ pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str) -> Valu
     })
 }
 
-/// A test pod pinned to `node`. `cpus = Some(n)`: Guaranteed with `n` whole CPUs (requests
-/// equal limits); `None`: Burstable (a CPU request, no limits).
-pub fn pod_manifest(
-    namespace: &str,
-    name: &str,
-    node: &str,
-    image: &str,
-    cpus: Option<u32>,
-) -> Value {
-    let resources = match cpus {
-        Some(n) => json!({
-            "requests": {"cpu": n.to_string(), "memory": "32Mi"},
-            "limits": {"cpu": n.to_string(), "memory": "32Mi"}
-        }),
-        None => json!({"requests": {"cpu": "50m", "memory": "16Mi"}}),
-    };
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "nodetopo-e2e"}
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app",
-                "image": image,
-                "command": ["sleep", "3600"],
-                "resources": resources,
-                "securityContext": {
-                    "allowPrivilegeEscalation": false,
-                    "readOnlyRootFilesystem": true,
-                    "runAsNonRoot": true,
-                    "runAsUser": 65534,
-                    "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"}
-                }
-            }]
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,15 +517,6 @@ mod tests {
             p["spec"]["nodeSelector"]["matchLabels"]["nodetopo.io/e2e"],
             "true"
         );
-        let g = pod_manifest("ns", "g", "kind-worker", "busybox:1.36", Some(2));
-        let r = &g["spec"]["containers"][0]["resources"];
-        assert_eq!(r["requests"], r["limits"], "Guaranteed: requests == limits");
-        assert_eq!(r["limits"]["cpu"], "2");
-        assert_eq!(g["spec"]["nodeName"], "kind-worker");
-        let b = pod_manifest("ns", "b", "kind-worker", "busybox:1.36", None);
-        assert!(b["spec"]["containers"][0]["resources"]
-            .get("limits")
-            .is_none());
     }
 
     #[test]

@@ -121,6 +121,9 @@ impl<K: Resource + Clone> Snapshot<K> {
     }
 }
 
+/// Server-side timeout of each watch request in [`wait_for`], in seconds.
+const WATCH_SECONDS: u32 = 45;
+
 /// Watches `api` (optionally narrowed by `config`) and returns once `predicate` over the
 /// whole collection is [`Progress::Done`]. `what` names the wait in errors.
 pub async fn wait_for<K, T>(
@@ -136,6 +139,16 @@ where
     let mut last = "no complete list of objects received yet".to_string();
     let run = async {
         let mut snapshot = Snapshot::<K>::default();
+        // A watch request ends server-side before a client's read timeout can cut it (the
+        // harness's clients read with 60 s); the watcher then resumes from its last version.
+        let config = watcher::Config {
+            timeout: Some(
+                config
+                    .timeout
+                    .map_or(WATCH_SECONDS, |t| t.min(WATCH_SECONDS)),
+            ),
+            ..config
+        };
         let mut stream = watcher::watcher(api, config).boxed();
         while let Some(event) = stream.try_next().await.map_err(|source| WaitError::Watch {
             what: what.to_string(),
@@ -166,6 +179,41 @@ where
             after: timeout,
             last,
         }),
+    }
+}
+
+/// Calls `check` every `every` until it is [`Progress::Done`]: for what no watch can see
+/// (cgroup files, the kubelet's checkpoint, its PodResources answer).
+pub async fn poll_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<T, WaitError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Progress<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        let last = match check().await {
+            Progress::Done(t) => return Ok(t),
+            Progress::Pending(why) => why,
+            Progress::Failed(reason) => {
+                return Err(WaitError::Failed {
+                    what: what.to_string(),
+                    reason,
+                })
+            }
+        };
+        if start.elapsed() > timeout {
+            return Err(WaitError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+                last,
+            });
+        }
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -12,13 +12,17 @@ use crate::{Error, Result};
 /// Environment variable that turns "skip without Go" into a failure (set by `.ci/run`).
 pub const REQUIRE_ENV: &str = "NODETOPO_REQUIRE_CONTROLPLANE";
 
-/// Paths of the two control-plane binaries.
+/// Paths of the control-plane binaries.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     /// `kube-apiserver` from k8s.io/kubernetes.
     pub kube_apiserver: PathBuf,
     /// `etcd` from go.etcd.io/etcd/server/v3/embed.
     pub etcd: PathBuf,
+    /// `kube-controller-manager` from k8s.io/kubernetes (the local-node tests).
+    pub kube_controller_manager: PathBuf,
+    /// `kube-scheduler` from k8s.io/kubernetes (the local-node tests).
+    pub kube_scheduler: PathBuf,
 }
 
 /// True when the environment demands a working control plane.
@@ -38,8 +42,15 @@ fn build() -> Result<Binaries> {
     let bins = Binaries {
         kube_apiserver: dir.join("kube-apiserver"),
         etcd: dir.join("etcd"),
+        kube_controller_manager: dir.join("kube-controller-manager"),
+        kube_scheduler: dir.join("kube-scheduler"),
     };
-    for p in [&bins.kube_apiserver, &bins.etcd] {
+    for p in [
+        &bins.kube_apiserver,
+        &bins.etcd,
+        &bins.kube_controller_manager,
+        &bins.kube_scheduler,
+    ] {
         if !p.is_file() {
             return Err(Error::Build {
                 script: script.to_string(),

@@ -16,9 +16,14 @@
 //!   lives as long as the test process ([`process`]): they die with the test binary, whether it
 //!   ends normally, panics or is killed, and [`ControlPlane`]'s `Drop` kills them at once.
 //! - [`tools`] finds helm and kubectl the way `.ci/chart-check.sh` installs them.
+//! - [`controllers`] adds kube-controller-manager and kube-scheduler, and [`node`] a real
+//!   node (containerd, runc and the real kubelet registered as [`LOCAL_NODE`]), for the
+//!   local-node suite.
 
 pub mod binaries;
+pub mod controllers;
 pub mod fixture;
+pub mod node;
 pub mod pki;
 pub mod process;
 pub mod server;
@@ -26,7 +31,7 @@ pub mod tools;
 pub mod wait;
 
 pub use binaries::{binaries, kubelet_oracle, required, Binaries};
-pub use server::ControlPlane;
+pub use server::{ControlPlane, LOCAL_NODE};
 
 /// Everything that can go wrong while building or running the control plane.
 #[derive(Debug, thiserror::Error)]

@@ -144,10 +144,16 @@ impl ControlPlane {
         write(&root.join("serving.key"), &pki.serving_key_pem)?;
         write(&root.join("sa.key"), &pki.service_account_key_pem)?;
         write(&root.join("sa.pub"), &pki.service_account_pub_pem)?;
-        write(
-            &root.join("tokens.csv"),
-            &format!("{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n"),
-        )?;
+        // Besides the admin: the controller manager, the scheduler and the local node's
+        // kubelet, each as the user its bootstrap RBAC role (or the Node authorizer) expects.
+        let mut tokens = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n");
+        for (user, group) in component_users() {
+            tokens.push_str(&format!(
+                "{},{user},{user},\"{group}\"\n",
+                component_token(&admin_token, &user)
+            ));
+        }
+        write(&root.join("tokens.csv"), &tokens)?;
         let (etcd_port, peer_port, apiserver_port) = (free_port()?, free_port()?, free_port()?);
         let url = format!("https://127.0.0.1:{apiserver_port}");
         let kubeconfig = root.join("kubeconfig");
@@ -239,17 +245,19 @@ impl ControlPlane {
             format!("--tls-cert-file={}", p("serving.crt")),
             format!("--tls-private-key-file={}", p("serving.key")),
             format!("--token-auth-file={}", p("tokens.csv")),
-            "--authorization-mode=RBAC".into(),
+            // Node first, as kubeadm does: the local node's kubelet acts as system:node:NAME.
+            "--authorization-mode=Node,RBAC".into(),
             format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             // ValidatingAdmissionPolicy is on by default since 1.30; name it so that a change
             // of defaults cannot silently drop it.
-            "--enable-admission-plugins=ValidatingAdmissionPolicy".into(),
+            "--enable-admission-plugins=ValidatingAdmissionPolicy,NodeRestriction".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
-            // No kube-controller-manager and no other apiserver: skip the endpoints reconciler.
+            // One apiserver on loopback; nothing serves the kubernetes Service (no kube-proxy):
+            // skip the endpoints reconciler.
             "--endpoint-reconciler-type=none".into(),
             "--v=0".into(),
         ]
@@ -368,6 +376,29 @@ impl ControlPlane {
     /// A kubeconfig file for the admin (for kubectl, helm and the nodetopo binaries).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig for one of the component users (`system:kube-controller-manager`,
+    /// `system:kube-scheduler`, `system:node:`[`LOCAL_NODE`]), written into the temp dir.
+    pub fn component_kubeconfig(&self, user: &str) -> Result<PathBuf> {
+        if !component_users().iter().any(|(u, _)| u == user) {
+            return Err(Error::Other(format!("no static token for user {user}")));
+        }
+        let name = user.replace(':', "-");
+        self.kubeconfig_for_token(&name, &component_token(&self.admin_token, user))
+    }
+
+    /// The CA certificate (PEM file) and the service-account signing key (PEM file).
+    pub fn ca_and_signing_key(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.path().join("ca.crt"),
+            self.dir.path().join("sa.key"),
+        )
+    }
+
+    /// The apiserver's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.apiserver_port
     }
 
     /// Writes a kubeconfig for `token` into the temp dir and returns its path.
@@ -520,6 +551,30 @@ fn kubeconfig_text(url: &str, ca_pem: &str, user: &str, token: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: nodetopo-test\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: nodetopo-test\n  context:\n    cluster: nodetopo-test\n    user: {user}\ncurrent-context: nodetopo-test\n"
     )
+}
+
+/// The node name of the local node's kubelet (see [`crate::node`]): the apiserver knows a
+/// static token for `system:node:<this>`.
+pub const LOCAL_NODE: &str = "nodetopo-node";
+
+/// The component users that get a static token: (user, group).
+fn component_users() -> [(String, &'static str); 3] {
+    [
+        (
+            "system:kube-controller-manager".to_string(),
+            "system:authenticated",
+        ),
+        ("system:kube-scheduler".to_string(), "system:authenticated"),
+        (format!("system:node:{LOCAL_NODE}"), "system:nodes"),
+    ]
+}
+
+/// The static token of a component user: derived from the admin token, so one file holds
+/// them all and nothing else needs to remember them.
+fn component_token(admin_token: &str, user: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{admin_token}/{user}").as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A random value for the admin token, from the kernel.

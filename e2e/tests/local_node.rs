@@ -1,0 +1,552 @@
+//! The end-to-end scenario (`nodetopo_e2e::scenario`) on a real node on this machine: the
+//! real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), the real
+//! kubelet v1.37.2 with containerd and runc, the agent and operator images packed from the
+//! release binaries without a registry, and the real chart installed by `helm`.
+//!
+//! Runs where the machine can host the node (root, containerd, runc, CNI plugins, cgroup v1
+//! with cpuset, Go); elsewhere it prints one `SKIPPED:` line naming what is missing, or fails
+//! with `NODETOPO_REQUIRE_NODE=1` (set by `.ci/run`).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use nodetopo_controlplane::node::{self, LocalNode, NodeOptions, TESTNODE_IMAGE};
+use nodetopo_controlplane::{tools, workspace_binary, ControlPlane, LOCAL_NODE};
+use nodetopo_e2e::pods::Workload;
+use nodetopo_e2e::scenario::{KubeletRecords, Provider, Scenario, Settings, TestDevice};
+use nodetopo_engine::CpuSet;
+use serde_json::{json, Value};
+
+const RELEASE: &str = "nodetopo";
+const RELEASE_NS: &str = "nodetopo-system";
+const NODE_LABEL: (&str, &str) = ("nodetopo.io/e2e", "true");
+const DEVICE_RESOURCE: &str = "nodetopo.io/testdev";
+const AGENT_IMAGE: &str = "docker.io/nodetopo/nodetopo-agent";
+const OPERATOR_IMAGE: &str = "docker.io/nodetopo/nodetopo-operator";
+const IMAGE_TAG: &str = "e2e";
+
+/// What the scenario needs from the local node.
+struct Local<'a> {
+    cp: &'a ControlPlane,
+    node: &'a LocalNode,
+    helm: PathBuf,
+    testnode: PathBuf,
+    devices: BTreeMap<String, u64>,
+}
+
+fn text_of(out: std::process::Output, what: &str) -> Result<String> {
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `containerd://<id>` of a container (app or init) of a pod.
+fn container_id(pod: &Pod, container: &str) -> Result<String> {
+    let status = pod.status.as_ref().context("pod without status")?;
+    let all = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten());
+    let found = all
+        .into_iter()
+        .find(|c| c.name == container)
+        .and_then(|c| c.container_id.clone())
+        .with_context(|| format!("{}: no container id for {container} yet", pod.name_any()))?;
+    Ok(found
+        .strip_prefix("containerd://")
+        .unwrap_or(&found)
+        .to_string())
+}
+
+impl Provider for Local<'_> {
+    fn name(&self) -> &'static str {
+        "local-node"
+    }
+
+    fn workload(&self) -> Workload {
+        Workload {
+            image: TESTNODE_IMAGE.into(),
+            pull_policy: "Never".into(),
+            run: vec!["/nodetopo-testnode".into(), "workload".into()],
+            print_and_exit: vec!["/nodetopo-testnode".into(), "affinity".into()],
+        }
+    }
+
+    fn test_device(&self) -> Option<TestDevice> {
+        Some(TestDevice {
+            resource: DEVICE_RESOURCE.into(),
+            numa_of: self.devices.clone(),
+        })
+    }
+
+    fn nrt(&self) -> bool {
+        true
+    }
+
+    async fn container_cpuset(&self, pod: &Pod, container: &str) -> Result<CpuSet> {
+        let id = container_id(pod, container)?;
+        let uid = pod.uid().context("pod without uid")?;
+        let dir = self
+            .node
+            .container_cgroup("cpuset", &uid, &id)
+            .with_context(|| {
+                format!("no cpuset cgroup for {}/{container} ({id})", pod.name_any())
+            })?;
+        let file = dir.join("cpuset.cpus");
+        let text =
+            fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        CpuSet::parse(text.trim()).with_context(|| format!("{}: {text:?}", file.display()))
+    }
+
+    async fn container_log(&self, pod: &Pod, container: &str) -> Result<String> {
+        // The kubelet's CRI log: /var/log/pods/<ns>_<name>_<uid>/<container>/<restart>.log,
+        // lines "<time> stdout F <text>".
+        let uid = pod.uid().context("pod without uid")?;
+        let dir = self.node.dir().join("var-log/pods").join(format!(
+            "{}_{}_{uid}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ));
+        let file = dir.join(container).join("0.log");
+        let text =
+            fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        Ok(text
+            .lines()
+            .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
+    async fn kubelet_records(&self, node: &str) -> Result<Option<KubeletRecords>> {
+        if node != LOCAL_NODE {
+            bail!("the local provider has one node, {LOCAL_NODE}, not {node}");
+        }
+        let kubelet = self.node.var_lib().join("kubelet");
+        let state = kubelet.join("cpu_manager_state");
+        let text =
+            fs::read_to_string(&state).with_context(|| format!("reading {}", state.display()))?;
+        let json: Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: {text}", state.display()))?;
+        let cpus = |v: &Value| -> Result<CpuSet> {
+            let s = v.as_str().context("a cpuset string")?;
+            CpuSet::parse(s).with_context(|| format!("cpuset {s:?}"))
+        };
+        let mut records = KubeletRecords {
+            checkpoint_default: cpus(&json["defaultCpuSet"])?,
+            ..KubeletRecords::default()
+        };
+        if let Some(entries) = json["entries"].as_object() {
+            for (uid, containers) in entries {
+                for (name, set) in containers.as_object().into_iter().flatten() {
+                    records
+                        .checkpoint
+                        .insert((uid.clone(), name.clone()), cpus(set)?);
+                }
+            }
+        }
+        let socket = kubelet.join("pod-resources/kubelet.sock");
+        let out = Command::new(&self.testnode)
+            .arg("podresources")
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .context("running nodetopo-testnode podresources")?;
+        let answer: Value = serde_json::from_str(&text_of(out, "podresources List")?)
+            .context("the podresources answer")?;
+        for pod in answer["pods"].as_array().into_iter().flatten() {
+            let key = format!(
+                "{}/{}",
+                pod["namespace"].as_str().unwrap_or_default(),
+                pod["name"].as_str().unwrap_or_default()
+            );
+            for c in pod["containers"].as_array().into_iter().flatten() {
+                let ids = c["cpu_ids"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_u64().map(|n| n as usize).context("a CPU id"))
+                    .collect::<Result<CpuSet>>()?;
+                let mut devices = BTreeMap::new();
+                for d in c["devices"].as_array().into_iter().flatten() {
+                    let ids: Vec<String> = d["ids"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect();
+                    devices
+                        .entry(d["resource"].as_str().unwrap_or_default().to_string())
+                        .or_insert_with(Vec::new)
+                        .extend(ids);
+                }
+                let name = c["name"].as_str().unwrap_or_default().to_string();
+                records
+                    .pod_resources
+                    .insert((key.clone(), name), (ids, devices));
+            }
+        }
+        Ok(Some(records))
+    }
+
+    async fn restart_kubelet(&self, node: &str) -> Result<bool> {
+        if node != LOCAL_NODE {
+            bail!("the local provider has one node, {LOCAL_NODE}, not {node}");
+        }
+        let nodes: Api<Node> = Api::all(self.cp.client());
+        let heartbeat = |n: &Node| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| (c.status.clone(), c.last_heartbeat_time.clone()))
+        };
+        let before = heartbeat(&nodes.get(LOCAL_NODE).await?);
+        let listed: Vec<(String, String)> = self
+            .kubelet_records(node)
+            .await?
+            .map(|r| r.pod_resources.into_keys().collect())
+            .unwrap_or_default();
+        tokio::task::block_in_place(|| -> Result<()> {
+            self.node.stop_kubelet()?;
+            self.node.start_kubelet()?;
+            Ok(())
+        })?;
+        // Ready again, as posted by the new kubelet (a newer heartbeat).
+        let t = Instant::now();
+        loop {
+            let now = heartbeat(&nodes.get(LOCAL_NODE).await?);
+            if let Some((status, beat)) = &now {
+                // ...and its PodResources answer lists every container it listed before (a
+                // restarted kubelet serves the socket before it has re-synced its pods).
+                if status == "True" && Some(beat) != before.as_ref().map(|b| &b.1) {
+                    let now_listed = self
+                        .kubelet_records(node)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|r| r.pod_resources)
+                        .unwrap_or_default();
+                    if listed.iter().all(|k| now_listed.contains_key(k)) {
+                        return Ok(true);
+                    }
+                }
+            }
+            if t.elapsed() > Duration::from_secs(90) {
+                bail!(
+                    "Node {LOCAL_NODE} not Ready with a new heartbeat 90 s after the kubelet restart: {now:?}\n{}",
+                    self.node.log_tails(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn helm_uninstall(&self) -> Result<()> {
+        tools::run(
+            &self.helm,
+            &[
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                RELEASE_NS,
+                "--wait",
+                "--timeout",
+                "180s",
+            ],
+            self.cp.kubeconfig(),
+        )?;
+        Ok(())
+    }
+}
+
+/// The end of every container log of the pods in `namespace` (the agent's and operator's).
+fn pod_logs(node: &LocalNode, namespace: &str, lines: usize) -> String {
+    let mut out = String::new();
+    let Ok(pods) = fs::read_dir(node.dir().join("var-log/pods")) else {
+        return "no pod logs".into();
+    };
+    for pod in pods.flatten() {
+        if !pod
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{namespace}_"))
+        {
+            continue;
+        }
+        for container in fs::read_dir(pod.path()).into_iter().flatten().flatten() {
+            for log in fs::read_dir(container.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let text = fs::read_to_string(log.path()).unwrap_or_default();
+                let all: Vec<&str> = text.lines().collect();
+                out.push_str(&format!(
+                    "--- {} ---\n{}\n",
+                    log.path().display(),
+                    all[all.len().saturating_sub(lines)..].join("\n")
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Packs an image tarball with `e2e/node-tools/pack-image.sh`.
+fn pack(
+    out_dir: &Path,
+    name: &str,
+    entrypoint: &str,
+    cmd: &[&str],
+    user: Option<&str>,
+    files: &[(PathBuf, &str)],
+) -> Result<PathBuf> {
+    let out = out_dir.join(format!(
+        "{}.tar",
+        name.rsplit('/').next().unwrap_or(name).replace(':', "_")
+    ));
+    let mut c = Command::new("bash");
+    c.arg(nodetopo_controlplane::repo_root().join("e2e/node-tools/pack-image.sh"))
+        .args(["--name", name, "--out"])
+        .arg(&out)
+        .args(["--entrypoint", entrypoint]);
+    for a in cmd {
+        c.args(["--cmd", a]);
+    }
+    if let Some(u) = user {
+        c.args(["--user", u]);
+    }
+    for (src, dest) in files {
+        c.arg(format!("{}:{dest}", src.display()));
+    }
+    text_of(
+        c.stdin(Stdio::null())
+            .output()
+            .context("running pack-image.sh")?,
+        &format!("packing {name}"),
+    )?;
+    Ok(out)
+}
+
+/// The first NUMA node of this machine (the test devices sit on it).
+fn first_numa_node() -> u64 {
+    fs::read_to_string("/sys/devices/system/node/online")
+        .ok()
+        .and_then(|s| CpuSet::parse(s.trim()).ok())
+        .and_then(|s| s.iter().next())
+        .map_or(0, |n| n as u64)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Kills the device plugin when the test ends, however it ends.
+struct Plugin(Child);
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scenario_on_local_node() -> Result<()> {
+    if let Some(why) = node::missing() {
+        node::skip_or_fail(&why);
+        return Ok(());
+    }
+    let started = Instant::now();
+    let (Some(agent), Some(operator)) = (
+        workspace_binary("nodetopo-agent"),
+        workspace_binary("nodetopo-operator"),
+    ) else {
+        return Ok(());
+    };
+    let kubelet =
+        nodetopo_testkit::build_once("e2e/kubelet-standalone/build.sh", &[], "the kubelet")
+            .map_err(anyhow::Error::msg)?;
+    let testnode = nodetopo_testkit::build_once("e2e/node-tools/build.sh", &[], "node tools")
+        .map_err(anyhow::Error::msg)?;
+    let tools = tools::tools()?;
+    let Some(cp) = ControlPlane::start()? else {
+        return Ok(());
+    };
+    let controllers = cp.start_controllers()?;
+
+    let images = tempfile::tempdir()?;
+    let testnode_tar = pack(
+        images.path(),
+        TESTNODE_IMAGE,
+        "/nodetopo-testnode",
+        &["pause"],
+        None,
+        &[(testnode.clone(), "/nodetopo-testnode")],
+    )?;
+    let agent_tar = pack(
+        images.path(),
+        &format!("{AGENT_IMAGE}:{IMAGE_TAG}"),
+        "/usr/local/bin/nodetopo-agent",
+        &["run"],
+        Some("65532:65532"),
+        &[(agent, "/usr/local/bin/nodetopo-agent")],
+    )?;
+    let operator_tar = pack(
+        images.path(),
+        &format!("{OPERATOR_IMAGE}:{IMAGE_TAG}"),
+        "/usr/local/bin/nodetopo-operator",
+        &[],
+        Some("65532:65532"),
+        &[(operator, "/usr/local/bin/nodetopo-operator")],
+    )?;
+    println!(
+        "[local-node] tools and images ready after {:?}",
+        started.elapsed()
+    );
+
+    let node = LocalNode::start(
+        &cp,
+        &kubelet,
+        &NodeOptions {
+            reserved_cpus: "0".into(),
+            kubelet_config: String::new(),
+            images: vec![testnode_tar, agent_tar, operator_tar],
+        },
+    )
+    .await?;
+    println!(
+        "[local-node] node {LOCAL_NODE} Ready after {:?}",
+        started.elapsed()
+    );
+    let outcome = run(&cp, &node, &tools.helm, &testnode).await;
+    if outcome.is_err() {
+        eprintln!("{}\n{}", node.log_tails(60), controllers.log_tails(30));
+        eprintln!("{}", pod_logs(&node, RELEASE_NS, 60));
+    }
+    drop(controllers);
+    let teardown = node.stop();
+    let checks = outcome?;
+    teardown?;
+    println!(
+        "[local-node] {checks} checks passed; the node left nothing behind (processes, cgroups, mounts, interfaces, sysctls, iptables); {:?} in all",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) -> Result<usize> {
+    let client = cp.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            LOCAL_NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {NODE_LABEL.0: NODE_LABEL.1}}})),
+        )
+        .await
+        .context("labelling the node")?;
+
+    let numa = first_numa_node();
+    let devices: BTreeMap<String, u64> = (0..2).map(|i| (format!("testdev{i}"), numa)).collect();
+    let spec = devices
+        .iter()
+        .map(|(id, n)| format!("{id}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let log = fs::File::create(node.dir().join("deviceplugin.log"))?;
+    let _plugin = Plugin(
+        Command::new(testnode)
+            .args([
+                "deviceplugin",
+                "--resource",
+                DEVICE_RESOURCE,
+                "--devices",
+                &spec,
+            ])
+            .arg("--plugin-dir")
+            .arg(node.var_lib().join("kubelet/device-plugins"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the test device plugin")?,
+    );
+
+    // No CPU requests for the operator and the agent: with 2 CPUs and 1 reserved the node
+    // has 1000m allocatable, and the chart's 60m would leave no whole CPU to pin (null
+    // removes the chart's default).
+    let no_cpu_request = json!({"requests": {"cpu": null}});
+    let values = node.dir().join("values.yaml");
+    fs::write(
+        &values,
+        serde_json::to_string_pretty(&json!({
+            "apiServer": {"host": "127.0.0.1", "port": cp.port().to_string()},
+            "operator": {
+                "replicas": 1,
+                "hostNetwork": true,
+                "resources": no_cpu_request,
+                "metricsPort": free_port()?,
+                "image": {"repository": OPERATOR_IMAGE, "tag": IMAGE_TAG, "pullPolicy": "Never"},
+            },
+            "agent": {
+                "hostNetwork": true,
+                "resources": no_cpu_request,
+                "metricsPort": free_port()?,
+                "image": {"repository": AGENT_IMAGE, "tag": IMAGE_TAG, "pullPolicy": "Never"},
+            },
+            "nrt": {"enabled": true, "installCRD": true},
+        }))?,
+    )?;
+    let values = values.display().to_string();
+    tools::run(
+        helm,
+        &[
+            "install",
+            RELEASE,
+            "charts/nodetopo",
+            "--namespace",
+            RELEASE_NS,
+            "--create-namespace",
+            "--values",
+            &values,
+        ],
+        cp.kubeconfig(),
+    )?;
+    let provider = Local {
+        cp,
+        node,
+        helm: helm.to_path_buf(),
+        testnode: testnode.to_path_buf(),
+        devices,
+    };
+    let settings = Settings {
+        release_namespace: RELEASE_NS.into(),
+        release: RELEASE.into(),
+        pod_namespace: "nodetopo-e2e-pods".into(),
+        node_label: (NODE_LABEL.0.into(), NODE_LABEL.1.into()),
+        cpus: None,
+        timeout: Duration::from_secs(120),
+    };
+    let checks = Scenario::connect(&provider, client, settings)
+        .await?
+        .run()
+        .await?;
+    Ok(checks)
+}
