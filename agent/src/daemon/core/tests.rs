@@ -569,10 +569,15 @@ fn podresources_leaves_finished_init_containers_out_of_agreement() {
     core.apply(Event::PodsSynced(vec![p.clone()]));
     core.reconcile();
     let ours = core.checkpoint().expect("cp").entries;
-    assert!(ours["ua"].contains_key("init"), "nodetopo assigns the init container: {ours:?}");
+    assert!(
+        ours["ua"].contains_key("init"),
+        "nodetopo assigns the init container: {ours:?}"
+    );
     let app = CpuSet::parse(&ours["ua"]["app"]).expect("set");
     let view = |containers: &[&str]| KubeletView {
-        allocatable_cpus: topo().all_cpus().difference(&CpuSet::parse("0,32").expect("set")),
+        allocatable_cpus: topo()
+            .all_cpus()
+            .difference(&CpuSet::parse("0,32").expect("set")),
         containers: containers
             .iter()
             .map(|c| ContainerCpus {
@@ -587,7 +592,12 @@ fn podresources_leaves_finished_init_containers_out_of_agreement() {
     core.apply(Event::PodResources(Ok(Some(view(&["app"])))));
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
-    assert_eq!((k.status.as_str(), k.reason.as_str()), ("True", "Agree"), "{}", k.message);
+    assert_eq!(
+        (k.status.as_str(), k.reason.as_str()),
+        ("True", "Agree"),
+        "{}",
+        k.message
+    );
 
     // The same init container as a sidecar: PodResources must list it.
     p.pod.init_containers[0].restartable = true;
@@ -596,6 +606,10 @@ fn podresources_leaves_finished_init_containers_out_of_agreement() {
     core.apply(Event::PodResources(Ok(Some(view(&["app"])))));
     let st = core.status(&[], &now());
     let k = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
-    assert_eq!(k.status, "False", "a sidecar missing from PodResources: {}", k.message);
+    assert_eq!(
+        k.status, "False",
+        "a sidecar missing from PodResources: {}",
+        k.message
+    );
     assert!(k.message.contains("default/a/init"), "{}", k.message);
 }
