@@ -8,6 +8,10 @@
 //	nodetopo-testnode affinity      prints cpus_allowed_list=<...> and exits 0 (init containers)
 //	nodetopo-testnode deviceplugin  a kubelet device plugin with NUMA-placed fake devices
 //	                                (see deviceplugin.go)
+//	nodetopo-testnode kubelet-ctl URL
+//	                                asks the test's kubelet supervisor (GET URL, e.g.
+//	                                http://127.0.0.1:PORT/stop) and exits 0 on 200: the
+//	                                agent's stop/start/health commands on the test node
 //	nodetopo-testnode podresources --socket FILE
 //	                                prints the kubelet's PodResources List answer as JSON
 //	                                (see podresources.go)
@@ -27,6 +31,7 @@ const usage = `usage: nodetopo-testnode pause
        nodetopo-testnode workload
        nodetopo-testnode affinity
        nodetopo-testnode podresources --socket FILE
+       nodetopo-testnode kubelet-ctl URL
        nodetopo-testnode deviceplugin --resource NAME --devices ID:NUMA[,ID:NUMA...]
                          [--plugin-dir DIR] [--socket FILE]
 `
@@ -56,6 +61,8 @@ func main() {
 			log.Fatal(err)
 		}
 		fmt.Printf("cpus_allowed_list=%s\n", cpus)
+	case "kubelet-ctl":
+		os.Exit(runKubeletCtl(os.Args[2:]))
 	case "podresources":
 		os.Exit(runPodResources(os.Args[2:]))
 	case "deviceplugin":

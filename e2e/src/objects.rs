@@ -382,9 +382,11 @@ impl PolicyView {
 
 /// The suite's NodeResourcePolicy: static CPU manager with CPU 0 reserved (as the kind
 /// kubelets are configured, so the agent's predictions and the kubelet's pinning can agree)
-/// and the given topology manager policy, on the nodes carrying `label`.
-pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str) -> Value {
-    json!({
+/// and the given topology manager policy, on the nodes carrying `label`. `apply`: with
+/// `spec.rollout.mode: Apply` (the agents make their kubelets run it), else the default
+/// (Observe: reported, never applied).
+pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str, apply: bool) -> Value {
+    let mut manifest = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": "NodeResourcePolicy",
         "metadata": {"name": name},
@@ -394,7 +396,11 @@ pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str) -> Valu
             "cpuManager": {"policy": "static", "reservedSystemCPUs": "0"},
             "topologyManager": {"policy": tm_policy, "scope": "container"}
         }
-    })
+    });
+    if apply {
+        manifest["spec"]["rollout"] = json!({"mode": "Apply", "progressDeadlineSeconds": 300});
+    }
+    manifest
 }
 
 #[cfg(test)]
@@ -511,7 +517,10 @@ mod tests {
 
     #[test]
     fn manifests() {
-        let p = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted");
+        let p = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted", false);
+        assert!(p["spec"].get("rollout").is_none());
+        let a = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted", true);
+        assert_eq!(a["spec"]["rollout"]["mode"], "Apply");
         assert_eq!(p["spec"]["topologyManager"]["policy"], "restricted");
         assert_eq!(
             p["spec"]["nodeSelector"]["matchLabels"]["nodetopo.io/e2e"],
@@ -525,15 +534,17 @@ mod tests {
         // API server's CEL and the operator apply; a drift in ops' types fails here, not
         // only on a cluster.
         for tm in ["best-effort", "restricted"] {
-            let manifest = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), tm);
-            let policy: nodetopo_crds::NodeResourcePolicy =
-                serde_json::from_value(manifest).unwrap();
-            let errors = nodetopo_crds::validation::validate_policy_spec(&policy.spec);
-            assert!(
-                errors.is_empty(),
-                "{}",
-                nodetopo_crds::validation::join(&errors)
-            );
+            for apply in [false, true] {
+                let manifest = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), tm, apply);
+                let policy: nodetopo_crds::NodeResourcePolicy =
+                    serde_json::from_value(manifest).unwrap();
+                let errors = nodetopo_crds::validation::validate_policy_spec(&policy.spec);
+                assert!(
+                    errors.is_empty(),
+                    "{}",
+                    nodetopo_crds::validation::join(&errors)
+                );
+            }
         }
         assert_eq!(GROUP, nodetopo_crds::GROUP);
         assert_eq!(VERSION, nodetopo_crds::VERSION);

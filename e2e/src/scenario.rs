@@ -42,7 +42,7 @@ use kube::api::{Api, ApiResource, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use nodetopo_crds::conditions::KUBELET_AGREEMENT;
+use nodetopo_crds::conditions::{APPLIED, KUBELET_AGREEMENT};
 use nodetopo_engine::quantity::parse_millis;
 use nodetopo_engine::CpuSet;
 use serde_json::json;
@@ -117,6 +117,15 @@ pub trait Provider: Sync {
     fn restart_kubelet(&self, node: &str) -> impl Future<Output = Result<bool>> + Send;
     /// `helm uninstall --wait` of the release.
     fn helm_uninstall(&self) -> impl Future<Output = Result<()>> + Send;
+    /// Whether the chart was installed with actuation on (the agents apply policies whose
+    /// rollout mode is Apply, restarting the kubelet).
+    fn actuation(&self) -> bool;
+    /// The kubelet's running configuration on `node` (its `/configz`, the `kubeletconfig`
+    /// object); `None` where the provider cannot read it.
+    fn kubelet_configz(
+        &self,
+        node: &str,
+    ) -> impl Future<Output = Result<Option<serde_json::Value>>> + Send;
 }
 
 /// The scenario's settings.
@@ -303,6 +312,56 @@ impl<'a, P: Provider> Scenario<'a, P> {
             }
         }
 
+        let mut last_tm = "restricted";
+        if self.provider.actuation() {
+            step("5b. actuation with the pinned pods running: topology manager restricted (a kubelet restart)");
+            let mut before = BTreeMap::new();
+            for p in &placement {
+                let pod = self.pod(&p.pinned.name).await?;
+                before.insert(
+                    p.node.clone(),
+                    self.provider.container_cpuset(&pod, "app").await?,
+                );
+            }
+            self.apply_policy("restricted").await?;
+            for node in self.selected.clone() {
+                let obj = self.topologies.get(&node).await?;
+                let view = TopologyView::from_object(&obj)?;
+                let reason = view.condition(APPLIED).map(|c| c.reason.clone());
+                self.check(reason.as_deref() == Some("RestartOnly"), || {
+                    format!("{node}: Applied reason {reason:?}, want RestartOnly (best-effort -> restricted)")
+                })?;
+                let done = obj.data["status"]["change"]["done"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                self.check(!done.is_empty(), || {
+                    format!(
+                        "{node}: status.change.done is empty after a RestartOnly apply: {}",
+                        obj.data["status"]["change"]
+                    )
+                })?;
+                step(&format!(
+                    "   {node}: status.change.done: {}",
+                    serde_json::Value::Array(done)
+                ));
+            }
+            self.wait_allocations(&placement).await?;
+            for p in &placement {
+                let pod = self.pod(&p.pinned.name).await?;
+                let after = self.provider.container_cpuset(&pod, "app").await?;
+                let was = &before[&p.node];
+                self.check(&after == was, || {
+                    format!(
+                        "{}: {}/app's cgroup cpuset changed across the apply: {was} -> {after}",
+                        p.node, p.pinned.name
+                    )
+                })?;
+            }
+            self.check_containers(&placement, &placed, true).await?;
+            last_tm = "single-numa-node";
+        }
+
         step("6. delete the pinned pods: their CPUs return to the pools and the shared cgroups");
         for p in &placement {
             self.pods
@@ -351,8 +410,8 @@ impl<'a, P: Provider> Scenario<'a, P> {
             step("7. no device plugin on this provider (skipped)");
         }
 
-        step("8. change the policy (restricted), then delete it");
-        let second = self.apply_policy("restricted").await?;
+        step(&format!("8. change the policy ({last_tm}), then delete it"));
+        let second = self.apply_policy(last_tm).await?;
         self.check(second > first, || {
             format!("policy generation did not advance: {first} -> {second}")
         })?;
@@ -594,6 +653,111 @@ impl<'a, P: Provider> Scenario<'a, P> {
             used += apps.max(inits);
         }
         Ok(allocatable.saturating_sub(used))
+    }
+
+    /// With actuation: every selected node's agent made its kubelet run the spec (`Applied`
+    /// True for the NodeTopology's generation), the kubelet's `/configz` says so and its Node
+    /// is Ready. Returns the `Applied` reason per node.
+    async fn wait_actuated(&mut self, tm_policy: &str) -> Result<BTreeMap<String, String>> {
+        let selected: Vec<String> = self.selected.iter().cloned().collect();
+        let mut reasons = BTreeMap::new();
+        self.wait_each_topology(
+            "Applied True on every selected node",
+            &selected,
+            |node, t| {
+                let Some(c) = t.condition(APPLIED) else {
+                    return Progress::Pending(format!("{node}: no Applied condition"));
+                };
+                if c.observed_generation != Some(t.generation) {
+                    return Progress::Pending(format!(
+                        "{node}: Applied is for generation {:?}, the spec is {}",
+                        c.observed_generation, t.generation
+                    ));
+                }
+                match (c.status.as_str(), c.reason.as_str()) {
+                    ("True", reason) => {
+                        reasons.insert(node.to_string(), format!("{reason}: {}", c.message));
+                        Progress::Done(())
+                    }
+                    (_, "WaitingForEviction" | "ObserveOnly") => {
+                        Progress::Pending(format!("{node}: Applied {} {}", c.reason, c.message))
+                    }
+                    _ => Progress::Failed(format!(
+                        "{node}: Applied {} {}: {}",
+                        c.status, c.reason, c.message
+                    )),
+                }
+            },
+        )
+        .await?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for node in &selected {
+            let ready = nodes
+                .get(node)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status);
+            self.check(ready.as_deref() == Some("True"), || {
+                format!("{node}: Node Ready {ready:?} after the apply")
+            })?;
+            if let Some(config) = self.provider.kubelet_configz(node).await? {
+                let running = config["topologyManagerPolicy"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string();
+                self.check(running == tm_policy, || {
+                    format!("{node}: the kubelet's /configz says topologyManagerPolicy {running}, the policy {tm_policy}")
+                })?;
+                let cpu = config["cpuManagerPolicy"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                self.check(cpu == "static", || {
+                    format!("{node}: the kubelet's /configz says cpuManagerPolicy {cpu:?}")
+                })?;
+            }
+            step(&format!(
+                "   {node}: Applied True {}; Node Ready; the kubelet runs topologyManagerPolicy {tm_policy}",
+                reasons.get(node).map(String::as_str).unwrap_or_default()
+            ));
+        }
+        Ok(reasons)
+    }
+
+    /// Watches the NodeTopologies until `check` is done for each of `nodes` (a node without
+    /// one is pending); the first pending or failed node is what the wait reports.
+    async fn wait_each_topology(
+        &self,
+        what: &str,
+        nodes: &[String],
+        mut check: impl FnMut(&str, &TopologyView) -> Progress<()>,
+    ) -> Result<()> {
+        wait_for(
+            self.topologies.clone(),
+            watcher::Config::default(),
+            what,
+            self.settings.timeout,
+            |items| {
+                let v = match views(items) {
+                    Ok(v) => v,
+                    Err(e) => return Progress::Failed(e),
+                };
+                for node in nodes {
+                    let Some(t) = v.get(node) else {
+                        return Progress::Pending(format!("no NodeTopology for {node}"));
+                    };
+                    match check(node, t) {
+                        Progress::Done(()) => {}
+                        other => return other,
+                    }
+                }
+                Progress::Done(())
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// Waits until a test pod no longer exists.
@@ -1046,40 +1210,28 @@ impl<'a, P: Provider> Scenario<'a, P> {
         placed: &BTreeMap<String, Placed>,
     ) -> Result<()> {
         let ns = self.settings.pod_namespace.clone();
-        wait_for(
-            self.topologies.clone(),
-            watcher::Config::default(),
-            "released CPUs back in the pools",
-            self.settings.timeout,
-            |items| {
-                let v = match views(items) {
-                    Ok(v) => v,
-                    Err(e) => return Progress::Failed(e),
-                };
-                for p in placement {
-                    let node = &p.node;
-                    let Some(t) = v.get(node) else {
-                        return Progress::Pending(format!("no NodeTopology for {node}"));
-                    };
-                    if t.allocation(&format!("{ns}/{}", p.pinned.name), "app")
-                        .is_some()
-                    {
-                        return Progress::Pending(format!(
-                            "{node}: allocation of deleted pod {} still published",
-                            p.pinned.name
-                        ));
-                    }
-                    let cpus = &placed[node].exclusive;
-                    if !cpus.is_disjoint(&t.exclusive) {
-                        return Progress::Pending(format!(
-                            "{node}: CPUs {cpus} still in status.pools.exclusive {}",
-                            t.exclusive
-                        ));
-                    }
-                }
-                Progress::Done(())
-            },
-        )
+        let nodes: Vec<String> = placement.iter().map(|p| p.node.clone()).collect();
+        self.wait_each_topology("released CPUs back in the pools", &nodes, |node, t| {
+            let Some(p) = placement.iter().find(|p| p.node == node) else {
+                return Progress::Failed(format!("{node} has no test pods"));
+            };
+            if t.allocation(&format!("{ns}/{}", p.pinned.name), "app")
+                .is_some()
+            {
+                return Progress::Pending(format!(
+                    "{node}: allocation of deleted pod {} still published",
+                    p.pinned.name
+                ));
+            }
+            let cpus = &placed[node].exclusive;
+            if !cpus.is_disjoint(&t.exclusive) {
+                return Progress::Pending(format!(
+                    "{node}: CPUs {cpus} still in status.pools.exclusive {}",
+                    t.exclusive
+                ));
+            }
+            Progress::Done(())
+        })
         .await?;
         for p in placement {
             self.checks += 1;
@@ -1168,19 +1320,12 @@ impl<'a, P: Provider> Scenario<'a, P> {
             // The agent may not have published it yet: wait on it like the others.
             if alloc.map(|a| &a.cpus) != Some(&inside) {
                 let name = format!("{ns}/{}", pod.name);
-                let want = inside.clone();
-                let node_name = node.clone();
-                wait_for(
-                    self.topologies.clone(),
-                    watcher::Config::default(),
+                self.wait_each_topology(
                     &format!("{node}: allocation of {name}/app published"),
-                    self.settings.timeout,
-                    |items| match views(items) {
-                        Err(e) => Progress::Failed(e),
-                        Ok(v) => match v.get(&node_name).and_then(|t| t.allocation(&name, "app")) {
-                            Some(a) if a.cpus == want => Progress::Done(()),
-                            other => Progress::Pending(format!("published {other:?}")),
-                        },
+                    std::slice::from_ref(node),
+                    |_, t| match t.allocation(&name, "app") {
+                        Some(a) if a.cpus == inside => Progress::Done(()),
+                        other => Progress::Pending(format!("published {other:?}")),
                     },
                 )
                 .await?;
@@ -1200,7 +1345,8 @@ impl<'a, P: Provider> Scenario<'a, P> {
     /// node's agent have caught up with it. Returns the policy's generation.
     async fn apply_policy(&mut self, tm_policy: &str) -> Result<i64> {
         let (key, value) = &self.settings.node_label;
-        let manifest = policy_manifest(POLICY, (key, value), tm_policy);
+        let apply = self.provider.actuation();
+        let manifest = policy_manifest(POLICY, (key, value), tm_policy, apply);
         let applied = self
             .policies
             .patch(
@@ -1236,47 +1382,36 @@ impl<'a, P: Provider> Scenario<'a, P> {
         )
         .await?;
         let selected = self.selected.clone();
-        let all = self.all_nodes.clone();
+        let all: Vec<String> = self.all_nodes.iter().cloned().collect();
         let label = self.settings.node_label.clone();
-        wait_for(
-            self.topologies.clone(),
-            watcher::Config::default(),
+        self.wait_each_topology(
             &format!("NodeTopology specs for policy {POLICY} generation {generation}, applied by the agents"),
-            self.settings.timeout,
-            |items| {
-                let v = match views(items) {
-                    Ok(v) => v,
-                    Err(e) => return Progress::Failed(e),
-                };
-                for node in &all {
-                    let Some(t) = v.get(node) else {
-                        return Progress::Pending(format!("no NodeTopology for {node}"));
-                    };
-                    if selected.contains(node) {
-                        if t.policy_ref != Some((POLICY.to_string(), generation)) {
-                            return Progress::Pending(format!(
-                                "{node}: spec.policyRef {:?}, want ({POLICY}, {generation})",
-                                t.policy_ref
-                            ));
-                        }
-                        if t.cpu_policy.as_deref() != Some("static")
-                            || t.tm_policy.as_deref() != Some(tm_policy)
-                        {
-                            return Progress::Failed(format!(
-                                "{node}: spec says cpuManager {:?} / topologyManager {:?} for policy {POLICY}, want static / {tm_policy}",
-                                t.cpu_policy, t.tm_policy
-                            ));
-                        }
-                    } else if t.policy_ref.as_ref().map(|r| r.0.as_str()) == Some(POLICY) {
-                        return Progress::Failed(format!(
-                            "{node} is not labelled {label:?} but got policy {POLICY}"
+            &all,
+            |node, t| {
+                if selected.contains(node) {
+                    if t.policy_ref != Some((POLICY.to_string(), generation)) {
+                        return Progress::Pending(format!(
+                            "{node}: spec.policyRef {:?}, want ({POLICY}, {generation})",
+                            t.policy_ref
                         ));
                     }
-                    if let Err(why) = t.caught_up() {
-                        return Progress::Pending(why);
+                    if t.cpu_policy.as_deref() != Some("static")
+                        || t.tm_policy.as_deref() != Some(tm_policy)
+                    {
+                        return Progress::Failed(format!(
+                            "{node}: spec says cpuManager {:?} / topologyManager {:?} for policy {POLICY}, want static / {tm_policy}",
+                            t.cpu_policy, t.tm_policy
+                        ));
                     }
+                } else if t.policy_ref.as_ref().map(|r| r.0.as_str()) == Some(POLICY) {
+                    return Progress::Failed(format!(
+                        "{node} is not labelled {label:?} but got policy {POLICY}"
+                    ));
                 }
-                Progress::Done(())
+                match t.caught_up() {
+                    Ok(()) => Progress::Done(()),
+                    Err(why) => Progress::Pending(why),
+                }
             },
         )
         .await?;
@@ -1284,37 +1419,29 @@ impl<'a, P: Provider> Scenario<'a, P> {
         step(&format!(
             "   policy {POLICY} generation {generation} applied on {expected} node(s)"
         ));
+        if apply {
+            self.wait_actuated(tm_policy).await?;
+        }
         Ok(generation)
     }
 
     async fn wait_policy_gone(&mut self) -> Result<()> {
-        let selected = self.selected.clone();
-        wait_for(
-            self.topologies.clone(),
-            watcher::Config::default(),
+        let selected: Vec<String> = self.selected.iter().cloned().collect();
+        self.wait_each_topology(
             "selected nodes back on policy none",
-            self.settings.timeout,
-            |items| {
-                let v = match views(items) {
-                    Ok(v) => v,
-                    Err(e) => return Progress::Failed(e),
-                };
-                for node in &selected {
-                    let Some(t) = v.get(node) else {
-                        return Progress::Pending(format!("no NodeTopology for {node}"));
-                    };
-                    if t.policy_ref.is_some() {
-                        return Progress::Pending(format!(
-                            "{node}: spec.policyRef still {:?}",
-                            t.policy_ref
-                        ));
-                    }
-                    if !matches!(t.cpu_policy.as_deref(), None | Some("none")) {
-                        return Progress::Pending(format!(
-                            "{node}: spec.cpuManager.policy {:?}, want none",
-                            t.cpu_policy
-                        ));
-                    }
+            &selected,
+            |node, t| {
+                if t.policy_ref.is_some() {
+                    return Progress::Pending(format!(
+                        "{node}: spec.policyRef still {:?}",
+                        t.policy_ref
+                    ));
+                }
+                if !matches!(t.cpu_policy.as_deref(), None | Some("none")) {
+                    return Progress::Pending(format!(
+                        "{node}: spec.cpuManager.policy {:?}, want none",
+                        t.cpu_policy
+                    ));
                 }
                 Progress::Done(())
             },

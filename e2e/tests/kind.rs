@@ -98,6 +98,14 @@ impl Provider for Kind {
         Ok(false)
     }
 
+    fn actuation(&self) -> bool {
+        false
+    }
+
+    async fn kubelet_configz(&self, _node: &str) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
+
     async fn helm_uninstall(&self) -> Result<()> {
         let helm = self.cfg.helm.clone();
         let (release, ns) = (self.cfg.release.clone(), self.cfg.release_namespace.clone());

@@ -255,6 +255,26 @@ impl Provider for Local<'_> {
         }
     }
 
+    fn actuation(&self) -> bool {
+        true
+    }
+
+    async fn kubelet_configz(&self, node: &str) -> Result<Option<Value>> {
+        if node != LOCAL_NODE {
+            bail!("the local provider has one node, {LOCAL_NODE}, not {node}");
+        }
+        // The kubelet's port serves HTTPS with its self-signed certificate; anonymous
+        // requests are allowed on this node.
+        let url = format!("https://127.0.0.1:{}/configz", self.node.kubelet_port);
+        let out = Command::new("curl")
+            .args(["-sSfk", "--max-time", "10", &url])
+            .output()
+            .context("running curl")?;
+        let body: Value = serde_json::from_str(&text_of(out, &format!("GET {url}"))?)
+            .with_context(|| format!("the answer of {url}"))?;
+        Ok(Some(body["kubeletconfig"].clone()))
+    }
+
     async fn helm_uninstall(&self) -> Result<()> {
         tools::run(
             &self.helm,
@@ -270,6 +290,70 @@ impl Provider for Local<'_> {
             self.cp.kubeconfig(),
         )?;
         Ok(())
+    }
+}
+
+/// Serves the agent's kubelet hooks (`nodetopo-testnode kubelet-ctl URL`): `GET /stop`,
+/// `/start` (returns once the kubelet's healthz answers) and `/health`, one at a time. The
+/// kubelet runs under the test, outside the agent's container: this is what a node's service
+/// manager does for the chart's `command` restarter.
+async fn supervise(
+    listener: &tokio::net::TcpListener,
+    node: &LocalNode,
+    starts: &std::sync::atomic::AtomicUsize,
+) -> std::convert::Infallible {
+    loop {
+        let Ok((conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
+            if conn.readable().await.is_err() {
+                break;
+            }
+            match conn.try_read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            }
+        }
+        let request = String::from_utf8_lossy(&buf);
+        let path = request
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        let answer: Result<String, String> = tokio::task::block_in_place(|| match path.as_str() {
+            "/stop" => node
+                .stop_kubelet()
+                .map(|()| "stopped".into())
+                .map_err(|e| e.to_string()),
+            "/start" => {
+                starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                node.start_kubelet()
+                    .map(|()| "started, healthz ok".into())
+                    .map_err(|e| e.to_string())
+            }
+            "/health" if node.kubelet_healthy() => Ok("ok".into()),
+            "/health" => Err("the kubelet's healthz does not answer ok".into()),
+            other => Err(format!("unknown hook {other:?}")),
+        });
+        println!("[local-node] kubelet hook {path}: {answer:?}");
+        let (status, body) = match answer {
+            Ok(b) => ("200 OK", b),
+            Err(e) => ("500 Internal Server Error", e),
+        };
+        let reply = format!("HTTP/1.0 {status}\r\nContent-Type: text/plain\r\n\r\n{body}\n");
+        let mut sent = 0;
+        while sent < reply.len() && conn.writable().await.is_ok() {
+            match conn.try_write(&reply.as_bytes()[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            }
+        }
     }
 }
 
@@ -406,7 +490,11 @@ async fn scenario_on_local_node() -> Result<()> {
         "/usr/local/bin/nodetopo-agent",
         &["run"],
         Some("65532:65532"),
-        &[(agent, "/usr/local/bin/nodetopo-agent")],
+        // The test node's kubelet-ctl: the agent's stop/start/health hooks (restart=command).
+        &[
+            (agent, "/usr/local/bin/nodetopo-agent"),
+            (testnode.clone(), "/nodetopo-testnode"),
+        ],
     )?;
     let operator_tar = pack(
         images.path(),
@@ -493,6 +581,29 @@ async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) 
     // has 1000m allocatable, and the chart's 60m would leave no whole CPU to pin (null
     // removes the chart's default).
     let no_cpu_request = json!({"requests": {"cpu": null}});
+    let supervisor = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the kubelet supervisor")?;
+    println!(
+        "[local-node] kubelet supervisor on {}",
+        supervisor.local_addr()?
+    );
+    let hook = |verb: &str| -> Result<String> {
+        Ok(format!(
+            "/nodetopo-testnode kubelet-ctl http://{}/{verb}",
+            supervisor.local_addr()?
+        ))
+    };
+    let actuation = json!({
+        "enabled": true,
+        "restart": "command",
+        "kubeletConfig": "/var/lib/kubelet/config.yaml",
+        "kubeletConfigDir": "/var/lib/kubelet/conf.d",
+        "verifySeconds": 90,
+        "stopCommand": hook("stop")?,
+        "startCommand": hook("start")?,
+        "healthCommand": hook("health")?,
+    });
     let values = node.dir().join("values.yaml");
     fs::write(
         &values,
@@ -510,6 +621,7 @@ async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) 
                 "resources": no_cpu_request,
                 "metricsPort": free_port()?,
                 "image": {"repository": AGENT_IMAGE, "tag": IMAGE_TAG, "pullPolicy": "Never"},
+                "actuation": actuation,
             },
             "nrt": {"enabled": true, "installCRD": true},
         }))?,
@@ -544,9 +656,20 @@ async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) 
         cpus: None,
         timeout: Duration::from_secs(120),
     };
-    let checks = Scenario::connect(&provider, client, settings)
-        .await?
-        .run()
-        .await?;
+    let hook_starts = std::sync::atomic::AtomicUsize::new(0);
+    let scenario = async {
+        Scenario::connect(&provider, client, settings)
+            .await?
+            .run()
+            .await
+    };
+    let checks = tokio::select! {
+        checks = scenario => checks?,
+        never = supervise(&supervisor, node, &hook_starts) => match never {},
+    };
+    println!(
+        "[local-node] the agent started the kubelet {} time(s) through its command hooks",
+        hook_starts.load(std::sync::atomic::Ordering::SeqCst)
+    );
     Ok(checks)
 }

@@ -724,6 +724,11 @@ mount -t tmpfs nodetopo-node /run
         Ok(())
     }
 
+    /// Whether the kubelet answers `ok` on its `/healthz`.
+    pub fn kubelet_healthy(&self) -> bool {
+        http_get(self.healthz_port, "/healthz").is_ok_and(|b| b.trim() == "ok")
+    }
+
     /// The kubelet's pid, when it runs.
     pub fn kubelet_pid(&self) -> Option<u32> {
         self.kubelet.lock().ok()?.as_ref().map(Child::id)
