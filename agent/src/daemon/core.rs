@@ -380,7 +380,15 @@ impl Core {
         };
         let mut admitter = admitter;
         if let Some(state) = carried {
-            if let Err(e) = admitter.restore(state) {
+            // A spec change carries the running state over as an applied change would leave
+            // the kubelet (rewritten where only the shared pool must move); a restored
+            // checkpoint at start is taken as the kubelet would take it.
+            let restored = if self.admitter.is_some() {
+                admitter.carry_over(state)
+            } else {
+                admitter.restore(state)
+            };
+            if let Err(e) = restored {
                 let had_old = self.admitter.is_some();
                 let why = e.to_string();
                 self.config_problem = Some(SpecError::RunningPodsDoNotFit(e));

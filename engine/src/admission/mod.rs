@@ -248,6 +248,28 @@ impl NodeAdmitter {
         Ok(())
     }
 
+    /// Carries a running node's CPU state over to this admitter's (new) configuration, as
+    /// an applied change leaves the kubelet: the state as it is when the kubelet would accept
+    /// it at start, else rewritten with a recomputed shared pool that keeps every assignment
+    /// (`change::repair_state`, the RewriteState step: e.g. `strict-cpu-reservation` turned
+    /// on moves the reserved CPUs out of the shared pool). The error is the kubelet's refusal
+    /// of the state as it was when no rewrite keeps the assignments (a drain is needed).
+    pub fn carry_over(&mut self, state: CpuState) -> Result<(), ConfigError> {
+        match self.restore(state.clone()) {
+            Ok(()) => Ok(()),
+            Err(refusal) => {
+                let repaired = self
+                    .cpu
+                    .as_ref()
+                    .and_then(|policy| crate::change::repair_state(policy, state));
+                match repaired {
+                    Some(repaired) => self.restore(repaired),
+                    None => Err(refusal),
+                }
+            }
+        }
+    }
+
     /// The CPU pools.
     pub fn pools(&self) -> Pools {
         let reserved = self

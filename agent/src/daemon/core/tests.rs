@@ -613,3 +613,48 @@ fn podresources_leaves_finished_init_containers_out_of_agreement() {
     );
     assert!(k.message.contains("default/a/init"), "{}", k.message);
 }
+
+/// Found on the real node: a spec turning `strict-cpu-reservation` on read Invalid
+/// ("running pods do not fit") on every running agent, pods or not, because the carried
+/// state still had the reserved CPUs in the shared pool, which the kubelet's start check
+/// refuses. The carried state is now rewritten as the applied change rewrites the kubelet's
+/// (assignments kept); only a change that leaves no shared CPU stays Invalid.
+#[test]
+fn turning_strict_reservation_on_moves_the_reserved_cpus_out_of_the_shared_pool() {
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod(
+        "a",
+        "ua",
+        "2024-01-01T00:00:00Z",
+        2,
+    )]));
+    core.reconcile();
+    let held = CpuSet::parse(&core.checkpoint().expect("cp").entries["ua"]["app"]).expect("set");
+    let mut strict = spec("0,32", "none");
+    strict
+        .cpu_manager
+        .options
+        .insert("strict-cpu-reservation".into(), "true".into());
+    core.apply(Event::Spec(Some((strict, Some(2)))));
+    core.reconcile();
+    let st = core.status(&[], &now());
+    let inv = conditions::find(&st.conditions, conditions::INVALID).expect("invalid");
+    assert_eq!(inv.status, "False", "{}", inv.message);
+    let cp = core.checkpoint().expect("cp");
+    assert_eq!(
+        CpuSet::parse(&cp.entries["ua"]["app"]).expect("set"),
+        held,
+        "the running pod keeps its CPUs"
+    );
+    let shared = CpuSet::parse(&cp.default_cpu_set).expect("shared");
+    let reserved = CpuSet::parse("0,32").expect("reserved");
+    assert!(
+        shared.is_disjoint(&reserved),
+        "shared pool {shared} holds a reserved CPU"
+    );
+    assert_eq!(
+        shared,
+        topo().all_cpus().difference(&reserved).difference(&held)
+    );
+}
