@@ -384,8 +384,15 @@ impl PolicyView {
 /// kubelets are configured, so the agent's predictions and the kubelet's pinning can agree)
 /// and the given topology manager policy, on the nodes carrying `label`. `apply`: with
 /// `spec.rollout.mode: Apply` (the agents make their kubelets run it), else the default
-/// (Observe: reported, never applied).
-pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str, apply: bool) -> Value {
+/// (Observe: reported, never applied). `strict`: with the CPU manager option
+/// `strict-cpu-reservation` (the reserved CPU leaves the shared pool too).
+pub fn policy_manifest(
+    name: &str,
+    label: (&str, &str),
+    tm_policy: &str,
+    apply: bool,
+    strict: bool,
+) -> Value {
     let mut manifest = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": "NodeResourcePolicy",
@@ -397,6 +404,9 @@ pub fn policy_manifest(name: &str, label: (&str, &str), tm_policy: &str, apply: 
             "topologyManager": {"policy": tm_policy, "scope": "container"}
         }
     });
+    if strict {
+        manifest["spec"]["cpuManager"]["options"] = json!({"strict-cpu-reservation": "true"});
+    }
     if apply {
         manifest["spec"]["rollout"] = json!({"mode": "Apply", "progressDeadlineSeconds": 300});
     }
@@ -517,10 +527,20 @@ mod tests {
 
     #[test]
     fn manifests() {
-        let p = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted", false);
+        let p = policy_manifest(
+            "e2e",
+            ("nodetopo.io/e2e", "true"),
+            "restricted",
+            false,
+            false,
+        );
         assert!(p["spec"].get("rollout").is_none());
-        let a = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted", true);
+        let a = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), "restricted", true, true);
         assert_eq!(a["spec"]["rollout"]["mode"], "Apply");
+        assert_eq!(
+            a["spec"]["cpuManager"]["options"]["strict-cpu-reservation"],
+            "true"
+        );
         assert_eq!(p["spec"]["topologyManager"]["policy"], "restricted");
         assert_eq!(
             p["spec"]["nodeSelector"]["matchLabels"]["nodetopo.io/e2e"],
@@ -535,7 +555,8 @@ mod tests {
         // only on a cluster.
         for tm in ["best-effort", "restricted"] {
             for apply in [false, true] {
-                let manifest = policy_manifest("e2e", ("nodetopo.io/e2e", "true"), tm, apply);
+                let manifest =
+                    policy_manifest("e2e", ("nodetopo.io/e2e", "true"), tm, apply, apply);
                 let policy: nodetopo_crds::NodeResourcePolicy =
                     serde_json::from_value(manifest).unwrap();
                 let errors = nodetopo_crds::validation::validate_policy_spec(&policy.spec);

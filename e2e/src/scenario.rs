@@ -117,6 +117,9 @@ pub trait Provider: Sync {
     fn restart_kubelet(&self, node: &str) -> impl Future<Output = Result<bool>> + Send;
     /// `helm uninstall --wait` of the release.
     fn helm_uninstall(&self) -> impl Future<Output = Result<()>> + Send;
+    /// Makes the kubelet's next start through the agent's hooks fail (as a kubelet that
+    /// refuses its configuration does); `false` where the provider cannot.
+    fn fail_next_kubelet_start(&self) -> bool;
     /// Whether the chart was installed with actuation on (the agents apply policies whose
     /// rollout mode is Apply, restarting the kubelet).
     fn actuation(&self) -> bool;
@@ -260,7 +263,7 @@ impl<'a, P: Provider> Scenario<'a, P> {
         step("2. every node has a NodeTopology with a published status");
         self.published().await?;
         step("3. apply NodeResourcePolicy (static, reserved CPU 0, best-effort)");
-        let first = self.apply_policy("best-effort").await?;
+        let first = self.apply_policy("best-effort", false).await?;
         step("4. pinned (init + app), fractional and Burstable pods on every selected node");
         self.ensure_namespace().await?;
         let mut placement = self.placement().await?;
@@ -323,7 +326,7 @@ impl<'a, P: Provider> Scenario<'a, P> {
                     self.provider.container_cpuset(&pod, "app").await?,
                 );
             }
-            self.apply_policy("restricted").await?;
+            self.apply_policy("restricted", false).await?;
             for node in self.selected.clone() {
                 let obj = self.topologies.get(&node).await?;
                 let view = TopologyView::from_object(&obj)?;
@@ -410,11 +413,54 @@ impl<'a, P: Provider> Scenario<'a, P> {
             step("7. no device plugin on this provider (skipped)");
         }
 
-        step(&format!("8. change the policy ({last_tm}), then delete it"));
-        let second = self.apply_policy(last_tm).await?;
+        // With actuation and no pinned container left: strict-cpu-reservation, which the
+        // kubelet's state file must be rewritten for (the reserved CPU leaves the shared pool).
+        let strict = self.provider.actuation();
+        step(&format!(
+            "8. change the policy ({last_tm}{}), then delete it",
+            if strict {
+                ", strict-cpu-reservation: a state rewrite"
+            } else {
+                ""
+            }
+        ));
+        if strict {
+            // The kubelet drops a deleted pod's entry from its checkpoint only at its next
+            // reconcile; a plan made before reads the CPU as still assigned (no shared CPU
+            // left under strict reservation: Drain). Wait until the checkpoint is empty.
+            for node in self.selected.clone() {
+                let provider = self.provider;
+                poll_until(
+                    &format!("{node}: no exclusive assignment left in the kubelet's checkpoint"),
+                    self.settings.timeout,
+                    Duration::from_millis(500),
+                    || {
+                        let node = node.clone();
+                        async move {
+                            match provider.kubelet_records(&node).await {
+                                Ok(Some(r)) if !r.checkpoint.is_empty() => {
+                                    Progress::Pending(format!("entries {:?}", r.checkpoint))
+                                }
+                                Ok(_) => Progress::Done(()),
+                                Err(e) => Progress::Failed(e.to_string()),
+                            }
+                        }
+                    },
+                )
+                .await?;
+            }
+        }
+        let second = self.apply_policy(last_tm, strict).await?;
+        if strict {
+            self.check_strict(&placement).await?;
+        }
         self.check(second > first, || {
             format!("policy generation did not advance: {first} -> {second}")
         })?;
+        if strict && self.provider.fail_next_kubelet_start() {
+            step("8b. a change whose kubelet start fails: rolled back, the node stays Ready");
+            self.rolled_back(last_tm).await?;
+        }
         self.policies
             .delete(POLICY, &DeleteParams::default())
             .await
@@ -658,7 +704,11 @@ impl<'a, P: Provider> Scenario<'a, P> {
     /// With actuation: every selected node's agent made its kubelet run the spec (`Applied`
     /// True for the NodeTopology's generation), the kubelet's `/configz` says so and its Node
     /// is Ready. Returns the `Applied` reason per node.
-    async fn wait_actuated(&mut self, tm_policy: &str) -> Result<BTreeMap<String, String>> {
+    async fn wait_actuated(
+        &mut self,
+        tm_policy: &str,
+        strict: bool,
+    ) -> Result<BTreeMap<String, String>> {
         let selected: Vec<String> = self.selected.iter().cloned().collect();
         let mut reasons = BTreeMap::new();
         self.wait_each_topology(
@@ -710,6 +760,11 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 self.check(running == tm_policy, || {
                     format!("{node}: the kubelet's /configz says topologyManagerPolicy {running}, the policy {tm_policy}")
                 })?;
+                let options = &config["cpuManagerPolicyOptions"];
+                let strict_running = options["strict-cpu-reservation"].as_str() == Some("true");
+                self.check(strict_running == strict, || {
+                    format!("{node}: the kubelet's /configz cpuManagerPolicyOptions {options}, want strict-cpu-reservation {strict}")
+                })?;
                 let cpu = config["cpuManagerPolicy"]
                     .as_str()
                     .unwrap_or_default()
@@ -724,6 +779,137 @@ impl<'a, P: Provider> Scenario<'a, P> {
             ));
         }
         Ok(reasons)
+    }
+
+    /// Applies a topology manager change (best-effort) while the provider makes the
+    /// kubelet's start fail: `Applied` False `Failed` for the generation, saying it restored
+    /// the previous configuration; the Node Ready; the kubelet still runs `running_tm`.
+    async fn rolled_back(&mut self, running_tm: &str) -> Result<()> {
+        let (key, value) = &self.settings.node_label;
+        let manifest = policy_manifest(POLICY, (key, value), "best-effort", true, true);
+        self.policies
+            .patch(
+                POLICY,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&manifest),
+            )
+            .await
+            .context("applying the test NodeResourcePolicy")?;
+        let selected: Vec<String> = self.selected.iter().cloned().collect();
+        let mut messages = BTreeMap::new();
+        self.wait_each_topology(
+            "Applied False Failed (rolled back)",
+            &selected,
+            |node, t| {
+                if t.policy_ref.as_ref().map(|r| r.0.as_str()) != Some(POLICY)
+                    || t.tm_policy.as_deref() != Some("best-effort")
+                {
+                    return Progress::Pending(format!("{node}: spec not yet best-effort"));
+                }
+                let Some(c) = t.condition(APPLIED) else {
+                    return Progress::Pending(format!("{node}: no Applied condition"));
+                };
+                if c.observed_generation != Some(t.generation) {
+                    return Progress::Pending(format!(
+                        "{node}: Applied for {:?}",
+                        c.observed_generation
+                    ));
+                }
+                match (c.status.as_str(), c.reason.as_str()) {
+                    ("False", "Failed") => {
+                        messages.insert(node.to_string(), c.message.clone());
+                        Progress::Done(())
+                    }
+                    (_, "WaitingForEviction" | "ObserveOnly") => {
+                        Progress::Pending(c.reason.clone())
+                    }
+                    _ => Progress::Failed(format!(
+                        "{node}: Applied {} {} after a failed kubelet start, want False Failed: {}",
+                        c.status, c.reason, c.message
+                    )),
+                }
+            },
+        )
+        .await?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for node in &selected {
+            let ready = nodes
+                .get(node)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status);
+            self.check(ready.as_deref() == Some("True"), || {
+                format!("{node}: Node Ready {ready:?} after the rollback")
+            })?;
+            if let Some(config) = self.provider.kubelet_configz(node).await? {
+                let running = config["topologyManagerPolicy"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string();
+                self.check(running == running_tm, || {
+                    format!("{node}: after the rollback the kubelet runs topologyManagerPolicy {running}, want the previous {running_tm}")
+                })?;
+            }
+            step(&format!(
+                "   {node}: Applied False Failed; Node Ready; the kubelet runs {running_tm} again: {}",
+                messages.get(node).map(String::as_str).unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+
+    /// After strict-cpu-reservation was applied with no pinned container: `Applied` says the
+    /// state was rewritten, and the shared-pool container and the kubelet's `defaultCpuSet`
+    /// no longer hold the reserved CPU 0.
+    async fn check_strict(&mut self, placement: &[NodePods]) -> Result<()> {
+        for p in placement {
+            let node = p.node.clone();
+            let obj = self.topologies.get(&node).await?;
+            let view = TopologyView::from_object(&obj)?;
+            let reason = view.condition(APPLIED).map(|c| c.reason.clone());
+            self.check(reason.as_deref() == Some("StateRewritten"), || {
+                format!("{node}: Applied reason {reason:?} after turning strict-cpu-reservation on, want StateRewritten")
+            })?;
+            let want = view
+                .cpus
+                .clone()
+                .unwrap_or_default()
+                .difference(&CpuSet::from_ids([0]));
+            let pod = self.pod(&p.burstable.name).await?;
+            let provider = self.provider;
+            let inside = poll_until(
+                &format!("{node}: {}/app off the reserved CPU", p.burstable.name),
+                self.settings.timeout,
+                Duration::from_millis(500),
+                || {
+                    let (pod, want) = (pod.clone(), want.clone());
+                    async move {
+                        match provider.container_cpuset(&pod, "app").await {
+                            Ok(c) if c == want => Progress::Done(c),
+                            Ok(c) => Progress::Pending(format!("cpuset {c}")),
+                            Err(e) => Progress::Failed(e.to_string()),
+                        }
+                    }
+                },
+            )
+            .await?;
+            self.checks += 1;
+            if let Some(records) = self.provider.kubelet_records(&node).await? {
+                self.check(records.checkpoint_default == want, || {
+                    format!(
+                        "{node}: the kubelet's defaultCpuSet {} under strict-cpu-reservation, want {want}",
+                        records.checkpoint_default
+                    )
+                })?;
+            }
+            step(&format!(
+                "   {node}: Applied StateRewritten; {}/app and the kubelet's defaultCpuSet on {inside}, without the reserved CPU",
+                p.burstable.name
+            ));
+        }
+        Ok(())
     }
 
     /// Watches the NodeTopologies until `check` is done for each of `nodes` (a node without
@@ -1053,14 +1239,19 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 records.checkpoint_default
             )
         })?;
+        // The agent publishes what it last read from the kubelet: wait for it to catch up.
+        self.wait_each_topology(
+            &format!("{node}: status.kubelet.defaultCPUSet = the shared pool's cgroups {shared}"),
+            std::slice::from_ref(node),
+            |_, t| match &t.kubelet_default {
+                Some(d) if d == shared => Progress::Done(()),
+                other => Progress::Pending(format!("status.kubelet.defaultCPUSet {other:?}")),
+            },
+        )
+        .await?;
+        self.checks += 1;
         let obj = self.topologies.get(node).await?;
         let view = TopologyView::from_object(&obj)?;
-        self.check(view.kubelet_default.as_ref() == Some(shared), || {
-            format!(
-                "{node}: status.kubelet.defaultCPUSet {:?}, the shared pool's cgroups {shared}",
-                view.kubelet_default
-            )
-        })?;
         if pinned_running {
             let pod = self.pod(&p.pinned.name).await?;
             let uid = pod.uid().unwrap_or_default();
@@ -1338,15 +1529,18 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 .await
                 .with_context(|| format!("deleting pod {}", pod.name))?;
         }
+        for (_, pod) in &pods {
+            self.wait_pod_gone(&pod.name).await?;
+        }
         Ok(())
     }
 
     /// Server-side applies the test policy and waits until the operator and every selected
     /// node's agent have caught up with it. Returns the policy's generation.
-    async fn apply_policy(&mut self, tm_policy: &str) -> Result<i64> {
+    async fn apply_policy(&mut self, tm_policy: &str, strict: bool) -> Result<i64> {
         let (key, value) = &self.settings.node_label;
         let apply = self.provider.actuation();
-        let manifest = policy_manifest(POLICY, (key, value), tm_policy, apply);
+        let manifest = policy_manifest(POLICY, (key, value), tm_policy, apply, strict);
         let applied = self
             .policies
             .patch(
@@ -1420,7 +1614,7 @@ impl<'a, P: Provider> Scenario<'a, P> {
             "   policy {POLICY} generation {generation} applied on {expected} node(s)"
         ));
         if apply {
-            self.wait_actuated(tm_policy).await?;
+            self.wait_actuated(tm_policy, strict).await?;
         }
         Ok(generation)
     }

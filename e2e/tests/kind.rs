@@ -98,6 +98,10 @@ impl Provider for Kind {
         Ok(false)
     }
 
+    fn fail_next_kubelet_start(&self) -> bool {
+        false
+    }
+
     fn actuation(&self) -> bool {
         false
     }

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ struct Local<'a> {
     helm: PathBuf,
     testnode: PathBuf,
     devices: BTreeMap<String, u64>,
+    /// Set: the supervisor answers the next `/start` with a failure, without starting.
+    fail_start: &'a std::sync::atomic::AtomicBool,
 }
 
 fn text_of(out: std::process::Output, what: &str) -> Result<String> {
@@ -259,6 +262,12 @@ impl Provider for Local<'_> {
         true
     }
 
+    fn fail_next_kubelet_start(&self) -> bool {
+        self.fail_start
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        true
+    }
+
     async fn kubelet_configz(&self, node: &str) -> Result<Option<Value>> {
         if node != LOCAL_NODE {
             bail!("the local provider has one node, {LOCAL_NODE}, not {node}");
@@ -301,6 +310,7 @@ async fn supervise(
     listener: &tokio::net::TcpListener,
     node: &LocalNode,
     starts: &std::sync::atomic::AtomicUsize,
+    fail_start: &std::sync::atomic::AtomicBool,
 ) -> std::convert::Infallible {
     loop {
         let Ok((conn, _)) = listener.accept().await else {
@@ -325,11 +335,15 @@ async fn supervise(
             .nth(1)
             .unwrap_or_default()
             .to_string();
-        let answer: Result<String, String> = tokio::task::block_in_place(|| match path.as_str() {
+        let answer: Result<String, String> = tokio::task::block_in_place(|| {
+            match path.as_str() {
             "/stop" => node
                 .stop_kubelet()
                 .map(|()| "stopped".into())
                 .map_err(|e| e.to_string()),
+            "/start" if fail_start.swap(false, std::sync::atomic::Ordering::SeqCst) => {
+                Err("refused by the test: this start fails, as a kubelet that refuses its configuration exits".into())
+            }
             "/start" => {
                 starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 node.start_kubelet()
@@ -339,6 +353,7 @@ async fn supervise(
             "/health" if node.kubelet_healthy() => Ok("ok".into()),
             "/health" => Err("the kubelet's healthz does not answer ok".into()),
             other => Err(format!("unknown hook {other:?}")),
+        }
         });
         println!("[local-node] kubelet hook {path}: {answer:?}");
         let (status, body) = match answer {
@@ -532,7 +547,10 @@ async fn scenario_on_local_node() -> Result<()> {
     let teardown = node.stop();
     let checks = outcome?;
     teardown?;
-    println!(
+    // The stderr handle, not `println!`: the harness hides a passing test's captured output,
+    // and CI's log should say what ran.
+    let _ = writeln!(
+        std::io::stderr(),
         "[local-node] {checks} checks passed; the node left nothing behind (processes, cgroups, mounts, interfaces, sysctls, iptables); {:?} in all",
         started.elapsed()
     );
@@ -641,12 +659,14 @@ async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) 
         ],
         cp.kubeconfig(),
     )?;
+    let fail_start = std::sync::atomic::AtomicBool::new(false);
     let provider = Local {
         cp,
         node,
         helm: helm.to_path_buf(),
         testnode: testnode.to_path_buf(),
         devices,
+        fail_start: &fail_start,
     };
     let settings = Settings {
         release_namespace: RELEASE_NS.into(),
@@ -665,7 +685,7 @@ async fn run(cp: &ControlPlane, node: &LocalNode, helm: &Path, testnode: &Path) 
     };
     let checks = tokio::select! {
         checks = scenario => checks?,
-        never = supervise(&supervisor, node, &hook_starts) => match never {},
+        never = supervise(&supervisor, node, &hook_starts, &fail_start) => match never {},
     };
     println!(
         "[local-node] the agent started the kubelet {} time(s) through its command hooks",
