@@ -740,39 +740,9 @@ impl<'a, P: Provider> Scenario<'a, P> {
             },
         )
         .await?;
-        let nodes: Api<Node> = Api::all(self.client.clone());
         for node in &selected {
-            let ready = nodes
-                .get(node)
-                .await?
-                .status
-                .and_then(|s| s.conditions)
-                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
-                .map(|c| c.status);
-            self.check(ready.as_deref() == Some("True"), || {
-                format!("{node}: Node Ready {ready:?} after the apply")
-            })?;
-            if let Some(config) = self.provider.kubelet_configz(node).await? {
-                let running = config["topologyManagerPolicy"]
-                    .as_str()
-                    .unwrap_or("none")
-                    .to_string();
-                self.check(running == tm_policy, || {
-                    format!("{node}: the kubelet's /configz says topologyManagerPolicy {running}, the policy {tm_policy}")
-                })?;
-                let options = &config["cpuManagerPolicyOptions"];
-                let strict_running = options["strict-cpu-reservation"].as_str() == Some("true");
-                self.check(strict_running == strict, || {
-                    format!("{node}: the kubelet's /configz cpuManagerPolicyOptions {options}, want strict-cpu-reservation {strict}")
-                })?;
-                let cpu = config["cpuManagerPolicy"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                self.check(cpu == "static", || {
-                    format!("{node}: the kubelet's /configz says cpuManagerPolicy {cpu:?}")
-                })?;
-            }
+            self.check_node_runs(node, tm_policy, strict, "after the apply")
+                .await?;
             step(&format!(
                 "   {node}: Applied True {}; Node Ready; the kubelet runs topologyManagerPolicy {tm_policy}",
                 reasons.get(node).map(String::as_str).unwrap_or_default()
@@ -831,33 +801,84 @@ impl<'a, P: Provider> Scenario<'a, P> {
             },
         )
         .await?;
-        let nodes: Api<Node> = Api::all(self.client.clone());
         for node in &selected {
-            let ready = nodes
-                .get(node)
-                .await?
-                .status
-                .and_then(|s| s.conditions)
-                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
-                .map(|c| c.status);
-            self.check(ready.as_deref() == Some("True"), || {
-                format!("{node}: Node Ready {ready:?} after the rollback")
-            })?;
-            if let Some(config) = self.provider.kubelet_configz(node).await? {
-                let running = config["topologyManagerPolicy"]
-                    .as_str()
-                    .unwrap_or("none")
-                    .to_string();
-                self.check(running == running_tm, || {
-                    format!("{node}: after the rollback the kubelet runs topologyManagerPolicy {running}, want the previous {running_tm}")
-                })?;
-            }
+            self.check_node_runs(node, running_tm, true, "after the rollback")
+                .await?;
             step(&format!(
                 "   {node}: Applied False Failed; Node Ready; the kubelet runs {running_tm} again: {}",
                 messages.get(node).map(String::as_str).unwrap_or_default()
             ));
         }
         Ok(())
+    }
+
+    /// The Node is Ready and, where the provider reads it, the kubelet's `/configz` runs
+    /// topology manager policy `tm_policy` with `strict-cpu-reservation` on or off as `strict`.
+    async fn check_node_runs(
+        &mut self,
+        node: &str,
+        tm_policy: &str,
+        strict: bool,
+        when: &str,
+    ) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let ready = nodes
+            .get(node)
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status);
+        self.check(ready.as_deref() == Some("True"), || {
+            format!("{node}: Node Ready {ready:?} {when}")
+        })?;
+        let Some(config) = self.provider.kubelet_configz(node).await? else {
+            return Ok(());
+        };
+        let running = config["topologyManagerPolicy"]
+            .as_str()
+            .unwrap_or("none")
+            .to_string();
+        self.check(running == tm_policy, || {
+            format!("{node}: {when} the kubelet's /configz says topologyManagerPolicy {running}, want {tm_policy}")
+        })?;
+        let options = &config["cpuManagerPolicyOptions"];
+        let strict_running = options["strict-cpu-reservation"].as_str() == Some("true");
+        self.check(strict_running == strict, || {
+            format!("{node}: {when} the kubelet's /configz cpuManagerPolicyOptions {options}, want strict-cpu-reservation {strict}")
+        })?;
+        let cpu = config["cpuManagerPolicy"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.check(cpu == "static", || {
+            format!("{node}: {when} the kubelet's /configz says cpuManagerPolicy {cpu:?}")
+        })
+    }
+
+    /// Polls the cgroup cpuset of test pod `name`'s app container until it is `want` (the
+    /// kubelet updates shared-pool containers at its next reconcile); counts one check.
+    async fn wait_cpuset(&mut self, name: &str, want: &CpuSet, what: &str) -> Result<CpuSet> {
+        let pod = self.pod(name).await?;
+        let provider = self.provider;
+        let inside = poll_until(
+            &format!("{name}/app {what} ({want})"),
+            self.settings.timeout,
+            Duration::from_millis(500),
+            || {
+                let (pod, want) = (pod.clone(), want.clone());
+                async move {
+                    match provider.container_cpuset(&pod, "app").await {
+                        Ok(c) if c == want => Progress::Done(c),
+                        Ok(c) => Progress::Pending(format!("cpuset {c}")),
+                        Err(e) => Progress::Failed(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await?;
+        self.checks += 1;
+        Ok(inside)
     }
 
     /// After strict-cpu-reservation was applied with no pinned container: `Applied` says the
@@ -877,25 +898,9 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 .clone()
                 .unwrap_or_default()
                 .difference(&CpuSet::from_ids([0]));
-            let pod = self.pod(&p.burstable.name).await?;
-            let provider = self.provider;
-            let inside = poll_until(
-                &format!("{node}: {}/app off the reserved CPU", p.burstable.name),
-                self.settings.timeout,
-                Duration::from_millis(500),
-                || {
-                    let (pod, want) = (pod.clone(), want.clone());
-                    async move {
-                        match provider.container_cpuset(&pod, "app").await {
-                            Ok(c) if c == want => Progress::Done(c),
-                            Ok(c) => Progress::Pending(format!("cpuset {c}")),
-                            Err(e) => Progress::Failed(e.to_string()),
-                        }
-                    }
-                },
-            )
-            .await?;
-            self.checks += 1;
+            let inside = self
+                .wait_cpuset(&p.burstable.name, &want, "off the reserved CPU")
+                .await?;
             if let Some(records) = self.provider.kubelet_records(&node).await? {
                 self.check(records.checkpoint_default == want, || {
                     format!(
@@ -1190,26 +1195,9 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 ));
             }
             for other in p.shared_pods() {
-                let pod = self.pod(&other.name).await?;
-                let want = shared.clone();
-                let provider = self.provider;
-                let inside = poll_until(
-                    &format!("{node}: {}/app on the shared pool {want}", other.name),
-                    self.settings.timeout,
-                    Duration::from_millis(500),
-                    || {
-                        let (pod, want) = (pod.clone(), want.clone());
-                        async move {
-                            match provider.container_cpuset(&pod, "app").await {
-                                Ok(c) if c == want => Progress::Done(c),
-                                Ok(c) => Progress::Pending(format!("cpuset {c}")),
-                                Err(e) => Progress::Failed(e.to_string()),
-                            }
-                        }
-                    },
-                )
-                .await?;
-                self.checks += 1;
+                let inside = self
+                    .wait_cpuset(&other.name, &shared, &format!("on {node}'s shared pool"))
+                    .await?;
                 step(&format!(
                     "   {node}: {}/app on the shared pool {inside}",
                     other.name
