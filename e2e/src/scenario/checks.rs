@@ -1,0 +1,410 @@
+//! What every container is checked against: published allocations, its cgroup cpuset, the
+//! kubelet's checkpoint and PodResources answer, and the NodeResourceTopology.
+
+use super::*;
+
+impl<P: Provider> Scenario<'_, P> {
+    /// Waits until every selected node publishes the pinned container's allocation (none for
+    /// the others) and agrees with the kubelet.
+    pub(super) async fn wait_allocations(
+        &mut self,
+        placement: &[NodePods],
+    ) -> Result<BTreeMap<String, Placed>> {
+        let ns = self.settings.pod_namespace.clone();
+        let result = wait_for(
+            self.topologies.clone(),
+            watcher::Config::default(),
+            "published allocations and KubeletAgreement on every selected node",
+            self.settings.timeout,
+            |items| {
+                let v = match views(items) {
+                    Ok(v) => v,
+                    Err(e) => return Progress::Failed(e),
+                };
+                let mut out = BTreeMap::new();
+                for p in placement {
+                    let node = &p.node;
+                    let Some(t) = v.get(node) else {
+                        return Progress::Pending(format!("no NodeTopology for {node}"));
+                    };
+                    let pinned = format!("{ns}/{}", p.pinned.name);
+                    let Some(alloc) = t.allocation(&pinned, "app") else {
+                        let rejected = items
+                            .iter()
+                            .find(|o| &o.name_any() == node)
+                            .and_then(|o| o.data.pointer("/status/rejections").cloned());
+                        return Progress::Pending(format!(
+                            "{node}: no allocation for {pinned}/app yet (rejections: {})",
+                            rejected.unwrap_or_default()
+                        ));
+                    };
+                    if alloc.cpus.len() != p.cpus as usize {
+                        return Progress::Failed(format!(
+                            "{node}: {pinned} got {} CPUs ({}), requested {}",
+                            alloc.cpus.len(),
+                            alloc.cpus,
+                            p.cpus
+                        ));
+                    }
+                    if !alloc.cpus.is_subset(&t.exclusive) {
+                        return Progress::Pending(format!(
+                            "{node}: allocation {} not (yet) within status.pools.exclusive {}",
+                            alloc.cpus, t.exclusive
+                        ));
+                    }
+                    for other in p.shared_pods() {
+                        if t.allocation(&format!("{ns}/{}", other.name), "app")
+                            .is_some()
+                        {
+                            return Progress::Failed(format!(
+                                "{node}: shared-pool pod {ns}/{} has an exclusive allocation",
+                                other.name
+                            ));
+                        }
+                    }
+                    match t.condition(KUBELET_AGREEMENT) {
+                        Some(c) if c.status == "True" && c.reason == KUBELET_AGREE => {}
+                        Some(c) => {
+                            return Progress::Pending(format!(
+                                "{node}: KubeletAgreement {} ({}: {})",
+                                c.status, c.reason, c.message
+                            ))
+                        }
+                        None => {
+                            return Progress::Pending(format!(
+                                "{node}: no KubeletAgreement condition"
+                            ))
+                        }
+                    }
+                    // The chart reads the kubelet's PodResources API by default.
+                    if t.kubelet_source.as_deref() != Some("PodResources") {
+                        return Progress::Pending(format!(
+                            "{node}: status.kubelet.source {:?}, want PodResources",
+                            t.kubelet_source
+                        ));
+                    }
+                    let Some(online) = &t.cpus else {
+                        return Progress::Pending(format!("{node}: no status.topology.cpus"));
+                    };
+                    out.insert(
+                        node.clone(),
+                        Placed {
+                            exclusive: alloc.cpus.clone(),
+                            shared: online.difference(&t.allocated_cpus()),
+                        },
+                    );
+                }
+                Progress::Done(out)
+            },
+        )
+        .await?;
+        self.checks += 4 * placement.len();
+        Ok(result)
+    }
+
+    /// Every container's cgroup against the published allocation or the shared pool, the
+    /// init container's printed CPUs, and (where readable) the kubelet's own records.
+    /// `pinned_running`: whether the pinned pods still run.
+    pub(super) async fn check_containers(
+        &mut self,
+        placement: &[NodePods],
+        placed: &BTreeMap<String, Placed>,
+        pinned_running: bool,
+    ) -> Result<()> {
+        for p in placement {
+            let node = &p.node;
+            let Placed { exclusive, shared } = placed[node].clone();
+            // With the pinned pod gone, the shared pool is everything online again.
+            let shared = if pinned_running {
+                shared
+            } else {
+                shared.union(&exclusive)
+            };
+            if pinned_running {
+                let pod = self.pod(&p.pinned.name).await?;
+                let inside = self.provider.container_cpuset(&pod, "app").await?;
+                self.check(inside == exclusive, || {
+                    format!(
+                        "{node}: {}/app runs on {inside} but the agent published {exclusive}",
+                        p.pinned.name
+                    )
+                })?;
+                let log = self.provider.container_log(&pod, "init").await?;
+                let printed = log
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("cpus_allowed_list="))
+                    .map(CpuSet::parse)
+                    .transpose()
+                    .map_err(|e| {
+                        anyhow::anyhow!("{node}: init container printed a bad CPU list: {e}")
+                    })?;
+                self.check(printed.as_ref() == Some(&exclusive), || {
+                    format!(
+                        "{node}: the init container ran on {printed:?}, its app container on {exclusive} (the kubelet reuses an init container's CPUs)"
+                    )
+                })?;
+                step(&format!(
+                    "   {node}: {}/app pinned to {inside} as published; its init container ran there too",
+                    p.pinned.name
+                ));
+            }
+            for other in p.shared_pods() {
+                let inside = self
+                    .wait_cpuset(&other.name, &shared, &format!("on {node}'s shared pool"))
+                    .await?;
+                step(&format!(
+                    "   {node}: {}/app on the shared pool {inside}",
+                    other.name
+                ));
+            }
+            if let Some(records) = self.provider.kubelet_records(node).await? {
+                self.check_records(p, &records, &exclusive, &shared, pinned_running)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn check_records(
+        &mut self,
+        p: &NodePods,
+        records: &KubeletRecords,
+        exclusive: &CpuSet,
+        shared: &CpuSet,
+        pinned_running: bool,
+    ) -> Result<()> {
+        let node = &p.node;
+        let ns = self.settings.pod_namespace.clone();
+        self.check(&records.checkpoint_default == shared, || {
+            format!(
+                "{node}: the kubelet's checkpoint defaultCpuSet is {}, the shared pool's cgroups {shared}",
+                records.checkpoint_default
+            )
+        })?;
+        // The agent publishes what it last read from the kubelet: wait for it to catch up.
+        self.wait_each_topology(
+            &format!("{node}: status.kubelet.defaultCPUSet = the shared pool's cgroups {shared}"),
+            std::slice::from_ref(node),
+            |_, t| match &t.kubelet_default {
+                Some(d) if d == shared => Progress::Done(()),
+                other => Progress::Pending(format!("status.kubelet.defaultCPUSet {other:?}")),
+            },
+        )
+        .await?;
+        self.checks += 1;
+        let obj = self.topologies.get(node).await?;
+        let view = TopologyView::from_object(&obj)?;
+        if pinned_running {
+            let pod = self.pod(&p.pinned.name).await?;
+            let uid = pod.uid().unwrap_or_default();
+            let in_checkpoint = records.checkpoint.get(&(uid.clone(), "app".to_string()));
+            self.check(in_checkpoint == Some(exclusive), || {
+                format!(
+                    "{node}: checkpoint entry of {}/app is {in_checkpoint:?}, cgroup and NodeTopology {exclusive}",
+                    p.pinned.name
+                )
+            })?;
+            let key = (format!("{ns}/{}", p.pinned.name), "app".to_string());
+            let answered = records.pod_resources.get(&key).map(|r| &r.0);
+            self.check(answered == Some(exclusive), || {
+                format!(
+                    "{node}: PodResources says {answered:?} for {}/app, cgroup and NodeTopology {exclusive}",
+                    p.pinned.name
+                )
+            })?;
+            let published = view
+                .kubelet_assignments
+                .iter()
+                .find(|a| a.pod == key.0 && a.container == "app")
+                .map(|a| &a.cpus);
+            self.check(published == Some(exclusive), || {
+                format!(
+                    "{node}: status.kubelet.assignments has {published:?} for {}/app, want {exclusive}",
+                    p.pinned.name
+                )
+            })?;
+            step(&format!(
+                "   {node}: cgroup = checkpoint = PodResources = NodeTopology = {exclusive}; defaultCpuSet {shared}"
+            ));
+        } else {
+            let held: Vec<_> = records
+                .checkpoint
+                .iter()
+                .filter(|(_, cpus)| !cpus.is_disjoint(exclusive))
+                .collect();
+            self.check(held.is_empty(), || {
+                format!("{node}: checkpoint entries still hold released CPUs {exclusive}: {held:?}")
+            })?;
+        }
+        for other in p.shared_pods() {
+            let key = (format!("{ns}/{}", other.name), "app".to_string());
+            let cpus = records.pod_resources.get(&key).map(|r| r.0.clone());
+            self.check(cpus.as_ref().is_none_or(CpuSet::is_empty), || {
+                format!(
+                    "{node}: PodResources lists exclusive CPUs {cpus:?} for the shared-pool container {}/app",
+                    other.name
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The NodeResourceTopology of each selected node counts the pinned CPUs as taken.
+    pub(super) async fn check_nrt(&mut self, placement: &[NodePods]) -> Result<()> {
+        let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", "NodeResourceTopology");
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        for p in placement {
+            let node = p.node.clone();
+            let want = i64::from(p.cpus);
+            let api = api.clone();
+            let taken = poll_until(
+                &format!("NodeResourceTopology {node} counting {want} exclusive CPU(s)"),
+                self.settings.timeout,
+                Duration::from_millis(500),
+                || {
+                    let (api, node) = (api.clone(), node.clone());
+                    async move {
+                        let obj = match api.get_opt(&node).await {
+                            Ok(Some(o)) => o,
+                            Ok(None) => return Progress::Pending("no object yet".into()),
+                            Err(e) => return Progress::Failed(e.to_string()),
+                        };
+                        match nrt_cpus_taken(&obj.data) {
+                            Ok(n) if n == want => Progress::Done(n),
+                            Ok(n) => Progress::Pending(format!("allocatable - available = {n}")),
+                            Err(e) => Progress::Failed(e),
+                        }
+                    }
+                },
+            )
+            .await?;
+            self.checks += 1;
+            step(&format!(
+                "   {node}: NodeResourceTopology zones count {taken} exclusive CPU(s) taken"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Polls the cgroup cpuset of test pod `name`'s app container until it is `want` (the
+    /// kubelet updates shared-pool containers at its next reconcile); counts one check.
+    pub(super) async fn wait_cpuset(
+        &mut self,
+        name: &str,
+        want: &CpuSet,
+        what: &str,
+    ) -> Result<CpuSet> {
+        let pod = self.pod(name).await?;
+        let provider = self.provider;
+        let inside = poll_until(
+            &format!("{name}/app {what} ({want})"),
+            self.settings.timeout,
+            Duration::from_millis(500),
+            || {
+                let (pod, want) = (pod.clone(), want.clone());
+                async move {
+                    match provider.container_cpuset(&pod, "app").await {
+                        Ok(c) if c == want => Progress::Done(c),
+                        Ok(c) => Progress::Pending(format!("cpuset {c}")),
+                        Err(e) => Progress::Failed(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await?;
+        self.checks += 1;
+        Ok(inside)
+    }
+
+    /// Watches the NodeTopologies until `check` is done for each of `nodes` (a node without
+    /// one is pending); the first pending or failed node is what the wait reports.
+    pub(super) async fn wait_each_topology(
+        &self,
+        what: &str,
+        nodes: &[String],
+        mut check: impl FnMut(&str, &TopologyView) -> Progress<()>,
+    ) -> Result<()> {
+        wait_for(
+            self.topologies.clone(),
+            watcher::Config::default(),
+            what,
+            self.settings.timeout,
+            |items| {
+                let v = match views(items) {
+                    Ok(v) => v,
+                    Err(e) => return Progress::Failed(e),
+                };
+                for node in nodes {
+                    let Some(t) = v.get(node) else {
+                        return Progress::Pending(format!("no NodeTopology for {node}"));
+                    };
+                    match check(node, t) {
+                        Progress::Done(()) => {}
+                        other => return other,
+                    }
+                }
+                Progress::Done(())
+            },
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Sum over the Node zones of `cpu` allocatable minus available: the CPUs a
+/// NodeResourceTopology counts as taken.
+pub fn nrt_cpus_taken(obj: &serde_json::Value) -> Result<i64, String> {
+    let zones = obj
+        .get("zones")
+        .and_then(|z| z.as_array())
+        .ok_or("no zones list")?;
+    let mut taken = 0;
+    for zone in zones {
+        if zone.get("type").and_then(|t| t.as_str()) != Some("Node") {
+            continue;
+        }
+        let Some(resources) = zone.get("resources").and_then(|r| r.as_array()) else {
+            continue;
+        };
+        for r in resources {
+            if r.get("name").and_then(|n| n.as_str()) != Some("cpu") {
+                continue;
+            }
+            let q = |f: &str| -> Result<i64, String> {
+                let v = r.get(f).ok_or(format!("cpu without {f}"))?;
+                match v {
+                    serde_json::Value::Number(n) => n.as_i64().ok_or(format!("{f} {n}")),
+                    serde_json::Value::String(s) => {
+                        s.parse::<i64>().map_err(|e| format!("{f} {s:?}: {e}"))
+                    }
+                    other => Err(format!("{f}: {other}")),
+                }
+            };
+            taken += q("allocatable")? - q("available")?;
+        }
+    }
+    Ok(taken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nrt_taken_cpus_sum_the_node_zones() {
+        let obj = json!({"zones": [
+            {"type": "Node", "name": "node-0", "resources": [
+                {"name": "cpu", "capacity": "4", "allocatable": "3", "available": "1"},
+                {"name": "memory", "capacity": "1", "allocatable": "1", "available": "1"}]},
+            {"type": "Node", "name": "node-1", "resources": [
+                {"name": "cpu", "capacity": 4, "allocatable": 4, "available": 4}]},
+            {"type": "L3Cache", "name": "l3-0", "resources": [
+                {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "0"}]}
+        ]});
+        assert_eq!(nrt_cpus_taken(&obj), Ok(2));
+        assert!(nrt_cpus_taken(&json!({})).is_err());
+        let bad = json!({"zones": [{"type": "Node", "resources": [{"name": "cpu", "allocatable": "x", "available": "1"}]}]});
+        assert!(nrt_cpus_taken(&bad).unwrap_err().contains("allocatable"));
+    }
+}
