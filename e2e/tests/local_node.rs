@@ -18,7 +18,8 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
-use nodetopo_controlplane::node::{self, LocalNode, NodeOptions, TESTNODE_IMAGE};
+use nodetopo_controlplane::node::{self, free_port, LocalNode, NodeOptions, TESTNODE_IMAGE};
+use nodetopo_controlplane::server::tail;
 use nodetopo_controlplane::{tools, workspace_binary, ControlPlane, LOCAL_NODE};
 use nodetopo_e2e::pods::Workload;
 use nodetopo_e2e::scenario::{KubeletRecords, Provider, Scenario, Settings, TestDevice};
@@ -392,12 +393,10 @@ fn pod_logs(node: &LocalNode, namespace: &str, lines: usize) -> String {
                 .flatten()
                 .flatten()
             {
-                let text = fs::read_to_string(log.path()).unwrap_or_default();
-                let all: Vec<&str> = text.lines().collect();
                 out.push_str(&format!(
                     "--- {} ---\n{}\n",
                     log.path().display(),
-                    all[all.len().saturating_sub(lines)..].join("\n")
+                    tail(&log.path(), lines)
                 ));
             }
         }
@@ -448,12 +447,6 @@ fn first_numa_node() -> u64 {
         .and_then(|s| CpuSet::parse(s.trim()).ok())
         .and_then(|s| s.iter().next())
         .map_or(0, |n| n as u64)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Kills the device plugin when the test ends, however it ends.
