@@ -14,9 +14,7 @@ use nodetopo_engine::change::checkpoint;
 use nodetopo_engine::change::{plan_change, ChangeInput, ChangePlan, KubeletCpuState};
 use nodetopo_engine::{CpuTopology, Pod};
 
-pub mod kubelet;
-pub mod kubelet_cmdline;
-pub mod kubelet_yaml;
+pub use nodetopo_kubelet::{cmdline as kubelet_cmdline, config as kubelet, yaml as kubelet_yaml};
 
 /// The largest checkpoint file read.
 pub const MAX_STATE_BYTES: u64 = 16 << 20;

@@ -24,7 +24,7 @@ use nodetopo_engine::quantity;
 use nodetopo_engine::CpuSet;
 use serde_yaml::Value;
 
-use super::kubelet_yaml::{self, Keys};
+use crate::yaml::{self as kubelet_yaml, Keys};
 
 /// The name of nodetopo's drop-in file.
 pub const DROPIN_NAME: &str = "90-nodetopo.conf";
@@ -239,7 +239,7 @@ fn gates_of(
 
 /// Stops, naming each, on the options of `desired` that the kubelet would refuse under the
 /// feature gates of its files (`files`, [`KubeletFileConfig::feature_gates`]) overridden by
-/// those of its command line (`command_line`, from [`super::kubelet_cmdline`]; see
+/// those of its command line (`command_line`, from [`crate::cmdline`]; see
 /// [`nodetopo_engine::change::gate_problems`]). nodetopo does not change feature gates.
 pub fn check_gates(
     files: &BTreeMap<String, bool>,

@@ -1,0 +1,7 @@
+//! The kubelet's files and flags as the kubelet reads them: its configuration file and
+//! drop-in directory ([`config`], YAML as in [`yaml`]) and its command line ([`cmdline`]).
+//! No cluster, no kube client, no async runtime.
+
+pub mod cmdline;
+pub mod config;
+pub mod yaml;
