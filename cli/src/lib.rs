@@ -15,7 +15,7 @@ pub mod conformance;
 pub mod diff;
 pub mod discover;
 pub mod plan;
-pub mod pods;
+pub use nodetopo_kubelet::pods;
 
 /// The offline subcommands.
 #[derive(Debug, Subcommand)]
