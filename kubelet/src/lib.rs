@@ -5,5 +5,8 @@
 
 pub mod cmdline;
 pub mod config;
+pub mod cpu_checkpoint;
+pub mod gohash;
+pub mod gojson;
 pub mod pods;
 pub mod yaml;
