@@ -34,12 +34,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use nodetopo_cli::diff::{self as cli_diff, kubelet, kubelet_cmdline};
-use nodetopo_engine::change::checkpoint::{self, CheckpointFormat};
 use nodetopo_engine::change::{
     check_config, kubelet_start, plan_change, ChangeClass, ChangeInput, ChangePlan,
     KubeletCpuState, OwnedConfig,
 };
+use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
+use nodetopo_kubelet::{cmdline as kubelet_cmdline, config as kubelet};
 use serde::{Deserialize, Serialize};
 
 /// The suffix of backups.
@@ -499,9 +499,9 @@ fn plan_and_carry_out(
     let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
     kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
     let current = read.owned;
-    let read = cli_diff::read_state(&files.state)?;
-    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.format);
-    let state: Option<KubeletCpuState> = read.map(|r| r.state);
+    let read = read_state(&files.state)?;
+    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
+    let state: Option<KubeletCpuState> = read.map(|r| r.0);
     let plan = plan_change(ChangeInput {
         topology: input.topology,
         current: &current,
@@ -689,11 +689,24 @@ fn verify(
             nodetopo_engine::change::config_diff(desired, &eff).join("; ")
         ));
     }
-    let state = cli_diff::read_state(&files.state).map_err(|e| format!("{e:#}"))?;
+    let state = read_state(&files.state).map_err(|e| format!("{e:#}"))?;
     let cfg = check_config(input.topology, desired, "desired").map_err(|e| e.to_string())?;
-    kubelet_start(&cfg, state.as_ref().map(|r| &r.state))
+    kubelet_start(&cfg, state.as_ref().map(|r| &r.0))
         .map_err(|e| format!("the state file is not one the kubelet accepts: {e}"))?;
     Ok(())
+}
+
+/// The CPU manager checkpoint as the planner takes it, with the format to write it back in
+/// (`Ok(None)`: no file); a file the kubelet would refuse, or with pod-level entries, is an
+/// error naming it.
+fn read_state(path: &Path) -> anyhow::Result<Option<(KubeletCpuState, CheckpointFormat)>> {
+    let Some(c) = checkpoint::read(path)? else {
+        return Ok(None);
+    };
+    let state = c
+        .engine_state()
+        .map_err(|e| anyhow::anyhow!("kubelet CPU manager state {}: {e}", path.display()))?;
+    Ok(Some((state, c.format)))
 }
 
 /// Arguments of `apply`.
@@ -843,8 +856,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .policy
         .as_ref()
         .context("--policy is required (unless --recover-only)")?;
-    let topology = cli_diff::machine(args.preset.as_deref(), Some(&args.sysfs_root))?;
-    let pods = cli_diff::read_pods(&args.pods)?;
+    let topology = nodetopo_kubelet::machine(args.preset.as_deref(), Some(&args.sysfs_root))?;
+    let pods = nodetopo_kubelet::pods::read_pod_files(&args.pods)?;
     let text = nodetopo_engine::files::read_text_bounded(policy, kubelet::MAX_CONFIG_BYTES)
         .map_err(|e| anyhow::anyhow!("--policy {}: the file {e}", policy.display()))?;
     let desired = kubelet::desired_from_policy(&text, policy)?;

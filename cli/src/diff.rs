@@ -9,15 +9,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
-use nodetopo_engine::change::checkpoint;
 use nodetopo_engine::change::{plan_change, ChangeInput, ChangePlan, KubeletCpuState};
-use nodetopo_engine::{CpuTopology, Pod};
+use nodetopo_kubelet::cpu_checkpoint;
 
 pub use nodetopo_kubelet::{cmdline as kubelet_cmdline, config as kubelet, yaml as kubelet_yaml};
-
-/// The largest checkpoint file read.
-pub const MAX_STATE_BYTES: u64 = 16 << 20;
 
 /// Arguments of `diff`.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,56 +84,22 @@ pub enum Output {
 }
 
 /// Reads a checkpoint file (`Ok(None)` when it does not exist).
-pub fn read_state(path: &Path) -> anyhow::Result<Option<checkpoint::ReadCheckpoint>> {
-    use nodetopo_engine::files::{read_text_bounded, ReadError};
-    match read_text_bounded(path, MAX_STATE_BYTES) {
-        Ok(text) => checkpoint::parse(&text)
-            .map(Some)
-            .map_err(|e| anyhow::anyhow!("kubelet CPU manager state {}: {e}", path.display())),
-        Err(ReadError::NotFound) => Ok(None),
-        Err(e) => Err(anyhow::anyhow!(
-            "kubelet CPU manager state {}: the file {e}",
-            path.display()
-        )),
-    }
+pub fn read_state(path: &Path) -> anyhow::Result<Option<cpu_checkpoint::CpuCheckpoint>> {
+    Ok(cpu_checkpoint::read(path)?)
 }
 
-/// Reads pod YAML files into engine pods.
-pub fn read_pods(paths: &[PathBuf]) -> anyhow::Result<Vec<Pod>> {
-    let mut out = Vec::new();
-    for path in paths {
-        let text = crate::pods::read_pod_file(path)
-            .with_context(|| format!("reading --pods {}", path.display()))?;
-        for k in crate::pods::pods_from_yaml(&text)
-            .with_context(|| format!("reading --pods {}", path.display()))?
-        {
-            out.push(
-                crate::pods::engine_pod(&k)
-                    .with_context(|| format!("reading --pods {}", path.display()))?,
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// The machine, from a preset or a sysfs root.
-pub fn machine(preset: Option<&str>, sysfs_root: Option<&Path>) -> anyhow::Result<CpuTopology> {
-    match preset {
-        Some(name) => Ok(nodetopo_engine::presets::build(name)?),
-        None => {
-            let root = sysfs_root.unwrap_or(Path::new("/sys"));
-            nodetopo_engine::sysfs::discover(root)
-                .with_context(|| format!("discovering the topology under {}", root.display()))
-        }
-    }
-}
+pub use nodetopo_kubelet::machine;
+pub use nodetopo_kubelet::pods::read_pod_files as read_pods;
 
 /// Reads every input and plans.
 pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let topology = machine(args.preset.as_deref(), args.sysfs_root.as_deref())?;
     let read = kubelet::read_config(&args.kubelet_config, args.kubelet_config_dir.as_deref())?;
     let state: Option<KubeletCpuState> = match &args.state {
-        Some(p) => read_state(p)?.map(|r| r.state),
+        Some(p) => read_state(p)?
+            .map(|r| r.engine_state())
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("kubelet CPU manager state {}: {e}", p.display()))?,
         None => None,
     };
     let pods = read_pods(&args.pods)?;

@@ -22,12 +22,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use nodetopo_engine::change::checkpoint::{self, CheckpointFormat};
 use nodetopo_engine::change::{
     plan_change, ChangeClass, ChangeInput, ChangePlan, KubeletCpuState, OwnedConfig,
 };
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
+use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
 use serde::{Deserialize, Serialize};
 

@@ -9,13 +9,13 @@
 
 use std::collections::BTreeMap;
 
-use nodetopo_engine::change::checkpoint::{self, CheckpointFormat};
 use nodetopo_engine::change::{
     check_config, kubelet_start, plan_change, ChangeClass, ChangeInput, ChangePlan,
     KubeletCpuState, OwnedConfig,
 };
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
+use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 
 /// 16 CPUs, 8 cores of 2 threads (CPU i and i+8 are siblings), NUMA 0 = cores 0-3,
 /// NUMA 1 = cores 4-7.
@@ -146,8 +146,8 @@ fn check_contract(c: &Case, plan: &ChangePlan) {
         );
         for f in [CheckpointFormat::V2, CheckpointFormat::V4] {
             let text = checkpoint::render(w, f);
-            let back = checkpoint::parse(&text).unwrap();
-            assert_eq!(&back.state, w, "{}: {f:?} round trip", c.name);
+            let back = checkpoint::parse(&text).unwrap().engine_state().unwrap();
+            assert_eq!(&back, w, "{}: {f:?} round trip", c.name);
         }
     }
     let classes: Vec<ChangeClass> = plan.steps.iter().map(|s| s.class).collect();

@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use nodetopo_engine::change::KubeletCpuState;
 use nodetopo_engine::cpumanager::CpuState;
@@ -449,6 +450,58 @@ pub fn render(state: &KubeletCpuState, format: CheckpointFormat) -> String {
                 data_checksum(&data)
             )
         }
+    }
+}
+
+/// The largest checkpoint read (the kubelet's own for a node of a few hundred pods is a few
+/// kilobytes).
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// Why the checkpoint file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file cannot be read.
+    #[error("kubelet CPU manager state {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The kubelet would refuse the content (for another reason than a checksum).
+    #[error("kubelet CPU manager state {path}: {why}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (names the field).
+        why: String,
+    },
+}
+
+/// [`parse`] with the file named in the error.
+pub fn parse_file(path: &Path, text: &str) -> Result<CpuCheckpoint, ReadError> {
+    parse(text).map_err(|why| ReadError::Invalid {
+        path: path.to_path_buf(),
+        why,
+    })
+}
+
+/// Reads the checkpoint file, bounded ([`MAX_BYTES`], regular files only: a FIFO or
+/// /dev/zero in its place is an error, not a hang). `Ok(None)` when it does not exist (no
+/// kubelet CPU manager state, or not mounted), which a caller must not take for agreement.
+pub fn read(path: &Path) -> Result<Option<CpuCheckpoint>, ReadError> {
+    use nodetopo_engine::files::{read_text_bounded, ReadError as R};
+    match read_text_bounded(path, MAX_BYTES) {
+        Ok(text) => parse_file(path, &text).map(Some),
+        Err(R::NotFound) => Ok(None),
+        Err(R::Io(source)) => Err(ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(e) => Err(ReadError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!("the file {e}")),
+        }),
     }
 }
 

@@ -10,3 +10,20 @@ pub mod gohash;
 pub mod gojson;
 pub mod pods;
 pub mod yaml;
+
+/// The machine, from a preset or a sysfs root (`/sys` when `None`): the topology the kubelet's
+/// managers see.
+pub fn machine(
+    preset: Option<&str>,
+    sysfs_root: Option<&std::path::Path>,
+) -> anyhow::Result<nodetopo_engine::CpuTopology> {
+    use anyhow::Context as _;
+    match preset {
+        Some(name) => Ok(nodetopo_engine::presets::build(name)?),
+        None => {
+            let root = sysfs_root.unwrap_or(std::path::Path::new("/sys"));
+            nodetopo_engine::sysfs::discover(root)
+                .with_context(|| format!("discovering the topology under {}", root.display()))
+        }
+    }
+}

@@ -353,6 +353,22 @@ fn stringify_quantities(v: &mut Value) {
     }
 }
 
+/// Reads pod YAML files into engine pods.
+pub fn read_pod_files(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<nodetopo_engine::Pod>> {
+    use anyhow::Context as _;
+    let mut out = Vec::new();
+    for path in paths {
+        let text =
+            read_pod_file(path).with_context(|| format!("reading --pods {}", path.display()))?;
+        for k in
+            pods_from_yaml(&text).with_context(|| format!("reading --pods {}", path.display()))?
+        {
+            out.push(engine_pod(&k).with_context(|| format!("reading --pods {}", path.display()))?);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

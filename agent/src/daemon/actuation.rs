@@ -33,7 +33,6 @@ use k8s_openapi::api::core::v1::Pod as K8sPod;
 use kube::api::{EvictParams, ListParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use nodetopo_cli::diff::kubelet;
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::rollout::EvictionMode;
 use nodetopo_crds::{
@@ -42,6 +41,7 @@ use nodetopo_crds::{
 };
 use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
 use nodetopo_engine::CpuTopology;
+use nodetopo_kubelet::config as kubelet;
 
 use super::agreement::{AgreementCheck, AgreementFeed};
 pub use super::core::Outcome;

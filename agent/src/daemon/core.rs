@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodetopo_cli::pods::manifest;
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::{
     ChangeStatus, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport,
@@ -29,6 +28,7 @@ use nodetopo_engine::admission::NodeAdmitter;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
 use nodetopo_engine::{CpuTopology, Pod, QosClass};
+use nodetopo_kubelet::pods::manifest;
 
 use super::checkpoint::{self, CheckpointData};
 use super::config::{node_config, SpecError};
@@ -46,7 +46,7 @@ use kubelet::show_kubelet_assignments;
 pub enum PodError {
     /// The pod's resources or identity cannot be read.
     #[error("{0}")]
-    Pod(#[from] nodetopo_cli::pods::PodError),
+    Pod(#[from] nodetopo_kubelet::pods::PodError),
     /// Its creation time is not a time.
     #[error("pod {pod}: metadata.creationTimestamp {value:?} is not an RFC 3339 time: {source}")]
     CreationTimestamp {
@@ -81,7 +81,7 @@ impl PodInfo {
 
     /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
     pub fn from_manifest(p: &manifest::Pod) -> Result<Self, PodError> {
-        let pod = nodetopo_cli::pods::engine_pod(p)?;
+        let pod = nodetopo_kubelet::pods::engine_pod(p)?;
         let created = match &p.metadata.creation_timestamp {
             None => None,
             Some(t) => Some(Time(t.0.parse().map_err(|source| {

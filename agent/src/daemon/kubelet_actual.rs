@@ -198,7 +198,7 @@ fn checksum_problem(check: &ChecksumCheck) -> Option<String> {
         } => Some(format!(
             "the kubelet checkpoint's {field} is {recorded} but its content hashes to {computed} (the kubelet would refuse this file)"
         )),
-        ChecksumCheck::Verified | ChecksumCheck::NotRecorded | ChecksumCheck::Unverifiable(_) => {
+        ChecksumCheck::Verified | ChecksumCheck::NotRecorded => {
             None
         }
     }

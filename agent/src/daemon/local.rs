@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use nodetopo_cli::pods::pods_from_yaml;
 use nodetopo_crds::NodeTopology;
+use nodetopo_kubelet::pods::pods_from_yaml;
 
 use super::checkpoint;
 use super::core::{Core, Event, PodInfo};
@@ -22,8 +22,8 @@ use super::metrics::{self, Metrics};
 use super::restore;
 use super::validate;
 use super::Args;
-use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
+use nodetopo_kubelet::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_runtime::shutdown::Shutdown;
 
 /// Identity and version of a file as `stat` (following symlinks) reports it: modification

@@ -375,6 +375,7 @@ mod tests {
             entries: BTreeMap::new(),
             checksum: 1,
             format: crate::daemon::kubelet_state::CheckpointFormat::V2,
+            pod_entries: Default::default(),
             checksum_check: crate::daemon::kubelet_state::ChecksumCheck::Verified,
         };
         k.entries
@@ -475,10 +476,10 @@ mod fuzz {
     fn pod_yaml_never_panics() {
         run("pod YAML", POD, |b| {
             let text = String::from_utf8_lossy(b);
-            match nodetopo_cli::pods::pods_from_yaml(&text) {
+            match nodetopo_kubelet::pods::pods_from_yaml(&text) {
                 Ok(pods) => pods
                     .iter()
-                    .all(|p| nodetopo_cli::pods::engine_pod(p).is_ok()),
+                    .all(|p| nodetopo_kubelet::pods::engine_pod(p).is_ok()),
                 Err(e) => {
                     assert!(!e.to_string().is_empty());
                     false

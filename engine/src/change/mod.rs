@@ -42,8 +42,6 @@ use crate::pod::Pod;
 use crate::topology::CpuTopology;
 use crate::topologymanager::{TmOptions, TmPolicy, TmScope};
 
-pub mod checkpoint;
-
 /// The CPU manager policy names.
 pub const POLICY_NONE: &str = "none";
 /// The static policy.

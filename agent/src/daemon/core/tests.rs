@@ -231,6 +231,7 @@ fn kubelet_agreement_names_every_differing_container() {
         entries,
         checksum: 1,
         format: CheckpointFormat::V2,
+        pod_entries: Default::default(),
         checksum_check: ChecksumCheck::Verified,
     }))));
     let st = core.status(&[], &now());
@@ -439,6 +440,7 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
             entries,
             checksum: 1,
             format: CheckpointFormat::V2,
+            pod_entries: Default::default(),
             checksum_check: ChecksumCheck::Verified,
         }))));
         let st = core.status(&[], &now());
@@ -483,6 +485,7 @@ fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
         entries: BTreeMap::new(),
         checksum: 7,
         format: CheckpointFormat::V4,
+        pod_entries: Default::default(),
         checksum_check: ChecksumCheck::Mismatch {
             field: "dataChecksum",
             recorded: 7,
@@ -526,6 +529,7 @@ fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alo
         entries: BTreeMap::new(),
         checksum: 7,
         format: CheckpointFormat::V4,
+        pod_entries: Default::default(),
         checksum_check: ChecksumCheck::Verified,
     }))));
     // The published message stays what was seen at verdict time.

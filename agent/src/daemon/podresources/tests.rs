@@ -408,6 +408,7 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
         entries,
         checksum: 0,
         format: CheckpointFormat::V2,
+        pod_entries: Default::default(),
         checksum_check: ChecksumCheck::NotRecorded,
     }))));
 
