@@ -3,6 +3,7 @@
 //! ([`pods`]).
 //! No cluster, no kube client, no async runtime.
 
+pub mod atomic;
 pub mod cmdline;
 pub mod config;
 pub mod cpu_checkpoint;

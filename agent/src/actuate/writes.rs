@@ -9,34 +9,16 @@
 //! (it merges only `*.conf` files of its config dir); the backup of the drop-in ends in
 //! `.nodetopo-backup` for the same reason.
 
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
 use super::{backup_of, KubeletFiles};
 
-/// The marker in temp file names.
-pub const TEMP_MARK: &str = ".nodetopo-tmp.";
-
 /// The set of paths an apply may write.
 #[derive(Debug, Clone)]
 pub struct AllowedWrites {
     paths: Vec<PathBuf>,
-}
-
-/// The temp file `path` is written through before its rename.
-pub fn temp_of(path: &Path) -> PathBuf {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dir.join(format!(".{name}{TEMP_MARK}{}", std::process::id()))
 }
 
 impl AllowedWrites {
@@ -88,26 +70,7 @@ impl AllowedWrites {
     /// its backup keep the state file's own mode, 0600 as the kubelet creates it).
     pub fn write_mode(&self, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         self.check(path)?;
-        let tmp = temp_of(path);
-        let dir = tmp.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let result = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(mode)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, path)?;
-            std::fs::File::open(&dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        nodetopo_kubelet::atomic::write(path, bytes, Some(mode), true)
     }
 
     /// Removes the allowed `path` (absent is fine), durably.
@@ -129,39 +92,18 @@ impl AllowedWrites {
     /// Removes temp files of the allowed paths that an apply killed between create and rename
     /// left behind (any process id but ours); nothing else is touched. Best effort.
     pub fn remove_stale_temps(&self) {
-        let own = temp_of(Path::new("x"));
-        let own_suffix = own
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let own_pid = own_suffix
-            .rsplit('.')
-            .next()
-            .unwrap_or_default()
-            .to_string();
         for p in &self.paths {
-            let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
-                continue;
-            };
-            let prefix = format!(".{}{TEMP_MARK}", name.to_string_lossy());
-            let Ok(rd) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                let Some(pid) = n.strip_prefix(&prefix) else {
-                    continue;
-                };
-                if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && pid != own_pid {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
+            nodetopo_kubelet::atomic::remove_stale_temps(p);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use nodetopo_kubelet::atomic::temp_of;
+
     use super::*;
 
     fn files(root: &Path) -> KubeletFiles {

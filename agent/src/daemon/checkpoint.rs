@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use nodetopo_crds::conditions::reason;
@@ -186,41 +185,7 @@ pub fn load(path: &Path) -> Result<Option<CheckpointData>, CheckpointError> {
 /// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename,
 /// fsync of the directory. Used for the checkpoint.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_replace(path, bytes, true)
-}
-
-/// Writes `bytes` to `path` by temp file and rename; with `durable`, fsyncs the file before
-/// and the directory after the rename. Readers never see a partial file either way; the
-/// fsyncs only add durability across power loss, which derived files (the local-mode status,
-/// rewritten at every start) do not need and whose latency they would double.
-pub fn write_replace(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
-        }
-        drop(f);
-        fs::rename(&tmp, path)?;
-        if durable {
-            fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        // Best effort: a leftover temp file is harmless but untidy.
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    nodetopo_kubelet::atomic::write(path, bytes, None, true)
 }
 
 /// Saves the checkpoint atomically.
@@ -244,36 +209,6 @@ pub fn quarantine(path: &Path, now_unix: u64) -> std::io::Result<PathBuf> {
     }
     fs::rename(path, &aside)?;
     Ok(aside)
-}
-
-/// Removes the temp files (`.<name>.tmp.<pid>`) that [`write_replace`] leaves beside `path`
-/// when the process is killed between create and rename, except this process's own. Returns
-/// what was removed. Best effort: an unreadable directory removes nothing.
-pub fn remove_stale_temp_files(path: &Path) -> Vec<PathBuf> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-        return Vec::new();
-    };
-    let prefix = format!(".{name}.tmp.");
-    let own = format!("{prefix}{}", std::process::id());
-    let Ok(rd) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut removed = Vec::new();
-    for entry in rd.flatten() {
-        let file = entry.file_name().to_string_lossy().into_owned();
-        let is_temp = file
-            .strip_prefix(&prefix)
-            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
-        if is_temp && file != own && fs::remove_file(entry.path()).is_ok() {
-            removed.push(entry.path());
-        }
-    }
-    removed.sort();
-    removed
 }
 
 #[cfg(test)]
@@ -331,25 +266,28 @@ mod tests {
     fn stale_temp_files_are_removed_at_start() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(FILE_NAME);
-        let own = format!(".{FILE_NAME}.tmp.{}", std::process::id());
+        let own = format!(".{FILE_NAME}.nodetopo-tmp.{}", std::process::id());
         for name in [
-            ".nodetopo_state.tmp.12345",
-            ".nodetopo_state.tmp.999",
+            ".nodetopo_state.nodetopo-tmp.12345",
+            ".nodetopo_state.nodetopo-tmp.999",
             own.as_str(),
-            ".nodetopo_state.tmp.x1",
-            ".other.tmp.12345",
+            ".nodetopo_state.nodetopo-tmp.x1",
+            ".other.nodetopo-tmp.12345",
             FILE_NAME,
         ] {
             fs::write(dir.path().join(name), b"x").expect("write");
         }
-        let removed = remove_stale_temp_files(&path);
+        let removed = nodetopo_kubelet::atomic::remove_stale_temps(&path);
         let names: Vec<String> = removed
             .iter()
             .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
             .collect();
         assert_eq!(
             names,
-            [".nodetopo_state.tmp.12345", ".nodetopo_state.tmp.999"]
+            [
+                ".nodetopo_state.nodetopo-tmp.12345",
+                ".nodetopo_state.nodetopo-tmp.999"
+            ]
         );
         let left = fs::read_dir(dir.path()).expect("ls").count();
         assert_eq!(

@@ -273,7 +273,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = restore::load_checkpoint(&cp_path, &topology);
-    for stale in checkpoint::remove_stale_temp_files(status_path) {
+    for stale in nodetopo_kubelet::atomic::remove_stale_temps(status_path) {
         tracing::info!(
             "removed a temp file left by an interrupted write: {}",
             stale.display()
@@ -338,10 +338,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             obj.status = Some(status.clone());
             match serde_yaml::to_string(&obj) {
-                Ok(text) => match checkpoint::write_replace(status_path, text.as_bytes(), false) {
-                    Ok(()) => cycle.published(status),
-                    Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
-                },
+                Ok(text) => {
+                    match nodetopo_kubelet::atomic::write(status_path, text.as_bytes(), None, false)
+                    {
+                        Ok(()) => cycle.published(status),
+                        Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
+                    }
+                }
                 Err(e) => tracing::error!("serialising the status: {e}"),
             }
         }

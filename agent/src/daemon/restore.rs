@@ -18,7 +18,7 @@ pub fn load_checkpoint(
     path: &Path,
     topology: &CpuTopology,
 ) -> (Option<checkpoint::CheckpointData>, Option<(String, String)>) {
-    for stale in checkpoint::remove_stale_temp_files(path) {
+    for stale in nodetopo_kubelet::atomic::remove_stale_temps(path) {
         tracing::info!(
             "removed a temp file left by an interrupted write: {}",
             stale.display()
