@@ -1,7 +1,8 @@
 //! `run`: the node agent daemon.
 //!
-//! The decisions live in [`core`] (a pure state machine); this module and [`local`] are the
-//! shells that feed it events and write what comes out: the checkpoint first, then the
+//! The decisions live in [`core`] (a pure state machine); [`inputs`] are what it reads
+//! besides pods, [`publish`] what goes out besides the status, and [`shells`] (cluster and
+//! local mode) feed it events and write what comes out: the checkpoint first, then the
 //! status, so no published allocation can be lost by a crash.
 
 use std::path::PathBuf;
@@ -14,19 +15,11 @@ use nodetopo_runtime::log::LogFormat;
 pub mod actuation;
 pub mod agreement;
 pub mod checkpoint;
-pub mod config;
 pub mod core;
-pub mod cycle;
-pub mod kube;
-pub mod kubelet_actual;
+pub mod inputs;
 pub mod kubelet_state;
-pub mod local;
-pub mod metrics;
-pub mod nrt;
-pub mod podresources;
-pub mod restore;
-pub mod state_dir;
-pub mod validate;
+pub mod publish;
+pub mod shells;
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -75,7 +68,7 @@ pub struct Args {
     pub nrt: bool,
     /// With --nrt: the kubelet's PodResources socket, read for the exclusive CPUs it
     /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
-    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    #[arg(long, default_value = inputs::podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
@@ -103,8 +96,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     if args.local {
-        rt.block_on(local::run(args))
+        rt.block_on(shells::local::run(args))
     } else {
-        rt.block_on(kube::run(args))
+        rt.block_on(shells::kube::run(args))
     }
 }

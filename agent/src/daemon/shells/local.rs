@@ -15,13 +15,13 @@ use anyhow::Context;
 use nodetopo_cli::pods::pods_from_yaml;
 use nodetopo_crds::NodeTopology;
 
-use super::checkpoint;
-use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::metrics::{self, Metrics};
-use super::restore;
-use super::validate;
-use super::Args;
+use crate::daemon::checkpoint;
+use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::validate;
+use crate::daemon::publish::metrics::{self, Metrics};
+use crate::daemon::shells::cycle::{now, Cycle};
+use crate::daemon::shells::restore;
+use crate::daemon::Args;
 use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
 use nodetopo_runtime::shutdown::Shutdown;
@@ -268,7 +268,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     else {
         anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
     };
-    let topology = super::topology(&args)?;
+    let topology = crate::daemon::topology(&args)?;
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
     let cp_path = args.state_dir.join(checkpoint::FILE_NAME);

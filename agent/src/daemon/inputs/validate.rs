@@ -25,8 +25,8 @@ use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
-use super::checkpoint::CheckpointData;
-use super::kubelet_state::{KubeletCpuState, KubeletStateError};
+use crate::daemon::checkpoint::CheckpointData;
+use crate::daemon::kubelet_state::{KubeletCpuState, KubeletStateError};
 
 /// Which invariant a state file breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,14 +256,15 @@ pub enum KubeletError {
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
-/// The read is bounded ([`super::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// The read is bounded ([`crate::daemon::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
 /// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
 /// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
 ) -> Result<Option<KubeletCpuState>, KubeletError> {
-    let state = super::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
+    let state =
+        crate::daemon::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
     if let Some(s) = &state {
         kubelet_state(file, s, topology).map_err(KubeletError::Invalid)?;
     }
@@ -413,8 +414,8 @@ mod fuzz {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
-    use super::super::checkpoint::{decode, encode, CheckpointData};
-    use super::super::kubelet_state;
+    use crate::daemon::checkpoint::{decode, encode, CheckpointData};
+    use crate::daemon::kubelet_state;
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  initContainers: [{name: i, resources: {limits: {cpu: \"1\", memory: 1Gi}}}]\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi, example.com/gpu: 1, hugepages-2Mi: 4Mi}}\n---\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 3, template: {spec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}}}\n";
     const KUBELET: &str = r#"{"policyName":"static","defaultCpuSet":"0-1,6-7","entries":{"u1":{"app":"2-5"}},"checksum":3321}"#;

@@ -17,14 +17,14 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
 
-use super::agreement::{AgreementFeed, AgreementSeen};
-use super::checkpoint;
-use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::metrics::{self, Metrics};
-use super::restore::load_checkpoint;
-use super::validate;
-use super::Args;
+use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
+use crate::daemon::checkpoint;
+use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::validate;
+use crate::daemon::publish::metrics::{self, Metrics};
+use crate::daemon::shells::cycle::{now, Cycle};
+use crate::daemon::shells::restore::load_checkpoint;
+use crate::daemon::Args;
 use nodetopo_runtime::shutdown::Shutdown;
 
 /// The watcher configuration of the node's pods.
@@ -227,7 +227,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         .node_name
         .clone()
         .context("cluster mode needs the node name (NODE_NAME or --node-name)")?;
-    let topology = super::topology(&args)?;
+    let topology = crate::daemon::topology(&args)?;
     let client = Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -261,7 +261,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     // restart: each cycle publishes what was seen, and the step can ask for a read now.
     let (seen_tx, seen_rx) = tokio::sync::watch::channel(None);
     let read_now = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(super::actuation::run(
+    tokio::spawn(crate::daemon::actuation::run(
         client.clone(),
         node.clone(),
         topology.clone(),
@@ -412,8 +412,11 @@ async fn read_kubelet(
         topology,
     )));
     core.apply(Event::PodResources(
-        super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT)
-            .await,
+        crate::daemon::inputs::podresources::read_if_present(
+            &args.pod_resources_socket,
+            PODRESOURCES_TIMEOUT,
+        )
+        .await,
     ));
 }
 
@@ -424,7 +427,7 @@ fn spawn_nrt_writer(
     node: &str,
 ) -> tokio::sync::watch::Sender<Option<NodeResourceTopology>> {
     let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
-    tokio::spawn(super::nrt::writer(
+    tokio::spawn(crate::daemon::publish::nrt::writer(
         Api::all(client.clone()),
         Api::all(client.clone()),
         node.to_string(),
@@ -441,7 +444,7 @@ fn publish_nrt(
     status: &NodeTopologyStatus,
     node: &str,
 ) {
-    match super::nrt::desired(core, status, node) {
+    match crate::daemon::publish::nrt::desired(core, status, node) {
         Ok(obj) => {
             let _ = nrt_tx.send(Some(obj));
         }
