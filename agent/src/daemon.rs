@@ -88,7 +88,8 @@ pub fn topology(args: &Args) -> anyhow::Result<CpuTopology> {
     }
 }
 
-/// Runs `run`.
+/// Runs `run`: checks the mode's arguments, discovers the topology, and hands plain values
+/// to the shell of that mode.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     nodetopo_runtime::log::init(args.log_format);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -96,8 +97,51 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     if args.local {
-        rt.block_on(shells::local::run(args))
+        let config = local_config(&args)?;
+        let node = node(&args)?;
+        rt.block_on(shells::local::run(node, config))
     } else {
-        rt.block_on(shells::kube::run(args))
+        let config = kube_config(&args)?;
+        let node = node(&args)?;
+        rt.block_on(shells::kube::run(node, config))
     }
+}
+
+/// What both modes need.
+fn node(args: &Args) -> anyhow::Result<shells::Node> {
+    Ok(shells::Node {
+        topology: topology(args)?,
+        state_dir: args.state_dir.clone(),
+        kubelet_state: args.kubelet_state.clone(),
+        admin_addr: args.admin_addr.clone(),
+    })
+}
+
+/// Local mode's files; all three are needed.
+fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
+    let (Some(pods_dir), Some(spec), Some(status_file)) =
+        (&args.pods_dir, &args.spec, &args.status_file)
+    else {
+        anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
+    };
+    Ok(shells::local::Config {
+        pods_dir: pods_dir.clone(),
+        spec: spec.clone(),
+        status_file: status_file.clone(),
+        poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
+    })
+}
+
+/// Cluster mode's settings; the node name is needed.
+fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
+    let node = args
+        .node_name
+        .clone()
+        .context("cluster mode needs the node name (NODE_NAME or --node-name)")?;
+    Ok(shells::kube::Config {
+        node,
+        nrt: args.nrt,
+        pod_resources_socket: args.pod_resources_socket.clone(),
+        actuation: args.actuation.clone(),
+    })
 }

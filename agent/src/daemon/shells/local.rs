@@ -20,8 +20,7 @@ use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::shells::cycle::{now, Cycle};
-use crate::daemon::shells::restore;
-use crate::daemon::Args;
+use crate::daemon::shells::{restore, Node};
 use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
 use nodetopo_runtime::shutdown::Shutdown;
@@ -261,17 +260,31 @@ impl SpecFile {
     }
 }
 
+/// Local mode's files.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Directory of Pod YAML files (Pods or workloads).
+    pub pods_dir: PathBuf,
+    /// A NodeTopology YAML file whose spec configures the node.
+    pub spec: PathBuf,
+    /// Where the NodeTopology object with its status is written (atomically).
+    pub status_file: PathBuf,
+    /// How often the files are re-read.
+    pub poll: Duration,
+}
+
 /// The local-mode loop until SIGTERM/SIGINT.
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (Some(pods_dir), Some(spec_path), Some(status_path)) =
-        (&args.pods_dir, &args.spec, &args.status_file)
-    else {
-        anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
-    };
-    let topology = crate::daemon::topology(&args)?;
-    std::fs::create_dir_all(&args.state_dir)
-        .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
-    let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
+pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
+    let Node {
+        topology,
+        state_dir,
+        kubelet_state,
+        admin_addr,
+    } = node;
+    let (pods_dir, spec_path, status_path) = (&config.pods_dir, &config.spec, &config.status_file);
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let cp_path = state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = restore::load_checkpoint(&cp_path, &topology);
     for stale in checkpoint::remove_stale_temp_files(status_path) {
         tracing::info!(
@@ -281,8 +294,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut core = Core::new(topology.clone(), restored, problem);
     let metrics = Arc::new(Metrics::new());
-    if !args.admin_addr.is_empty() {
-        metrics::serve(&args.admin_addr, metrics.clone()).await?;
+    if !admin_addr.is_empty() {
+        metrics::serve(&admin_addr, metrics.clone()).await?;
     }
     let mut dir = PodDir::default();
     let mut synced_once = false;
@@ -293,7 +306,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut cycle = Cycle::new(cp_path.clone());
     let shutdown = Shutdown::on_signals();
-    let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
+    let mut tick = tokio::time::interval(config.poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stop = tokio::select! {
@@ -323,7 +336,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(ev) = spec.read(spec_path) {
             core.apply(ev);
         }
-        let kubelet = validate::read_kubelet_state(&args.kubelet_state, &topology);
+        let kubelet = validate::read_kubelet_state(&kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
         if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let mut obj = NodeTopology::new(&spec.name, Default::default());
