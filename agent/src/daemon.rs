@@ -48,10 +48,20 @@ pub struct Args {
     /// The kubelet's CPU manager checkpoint, compared with the agent's assignments.
     #[arg(long, default_value = "/var/lib/kubelet/cpu_manager_state")]
     pub kubelet_state: PathBuf,
-    /// Local mode: how often the files are re-read, in milliseconds (event-to-status latency
-    /// is about this plus one processing cycle).
+    /// Local mode: how often the files are re-read, in milliseconds, where change
+    /// notification is off or unavailable (event-to-status latency is then about this plus
+    /// one processing cycle). With notification they are rescanned every second as a safety
+    /// net.
     #[arg(long, default_value_t = 50)]
     pub poll_ms: u64,
+    /// Local mode: no file-change notification; poll every --poll-ms instead.
+    #[arg(long, requires = "local")]
+    pub no_watch: bool,
+    /// Local mode, with notification: how long a changed pod file must stay unchanged, in
+    /// milliseconds, before it is read (event-to-status latency is about this plus one
+    /// processing cycle).
+    #[arg(long, default_value_t = 2)]
+    pub settle_ms: u64,
     /// Log format. The level comes from RUST_LOG (default "info").
     #[arg(long, env = "NODETOPO_LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -129,6 +139,8 @@ fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
         spec: spec.clone(),
         status_file: status_file.clone(),
         poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
+        watch: !args.no_watch,
+        settle: std::time::Duration::from_millis(args.settle_ms.max(1)),
     })
 }
 

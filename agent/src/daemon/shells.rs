@@ -1,6 +1,6 @@
 //! The two shells around the core: cluster mode ([`kube`]) and local mode ([`local`]), with
 //! the parts both share: one processing cycle ([`cycle`]) and the checkpoint at start
-//! ([`restore`]).
+//! ([`restore`]); local mode's wake-ups are in [`watch`].
 //!
 //! A shell gets what it needs as plain values ([`Node`] and its own `Config`), built by
 //! `daemon::run` from the command line, so nothing here reaches back up for the arguments.
@@ -13,6 +13,7 @@ pub mod cycle;
 pub mod kube;
 pub mod local;
 pub mod restore;
+pub mod watch;
 
 /// What both shells need about this node, whichever mode runs.
 #[derive(Debug, Clone)]

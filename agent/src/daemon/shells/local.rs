@@ -20,6 +20,7 @@ use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::shells::cycle::{now, Cycle};
+use crate::daemon::shells::watch::Wakeups;
 use crate::daemon::shells::{restore, Node};
 use nodetopo_cli::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_engine::files::read_text_bounded;
@@ -44,9 +45,11 @@ struct FileEntry {
 /// Reads pod files and keeps the last good version of each.
 ///
 /// A file is read only once it has settled: the same modification time, size and inode at
-/// two consecutive scans, and unchanged across the read. A file written in several steps is
-/// therefore not admitted as it looked after the first step, as long as the steps are less
-/// than one poll interval apart (writers that need more should write a temp file and rename
+/// two consecutive scans, and unchanged across the read. The second scan comes the settle
+/// time after the first (`--settle-ms`, with change notification; any further change to the
+/// directory starts over) or one poll interval later (without). A file written in several
+/// steps is therefore not admitted as it looked after the first step, as long as the steps
+/// are less than that apart (writers that need more should write a temp file and rename
 /// it, as the kubelet's ConfigMap writer does). Symlinks are followed, so the ConfigMap mount
 /// layout (`pods.yaml -> ..data/pods.yaml`, `..data -> ..<timestamp>/`) works; names starting
 /// with a dot are never pod files. Files that cannot be read (not a regular file, too large,
@@ -269,8 +272,12 @@ pub struct Config {
     pub spec: PathBuf,
     /// Where the NodeTopology object with its status is written (atomically).
     pub status_file: PathBuf,
-    /// How often the files are re-read.
+    /// How often the files are re-read where change notification is off or unavailable.
     pub poll: Duration,
+    /// Whether change notification is used (else the poll alone).
+    pub watch: bool,
+    /// With notification: how long a changed pod file must stay unchanged before it is read.
+    pub settle: Duration,
 }
 
 /// The local-mode loop until SIGTERM/SIGINT.
@@ -306,11 +313,37 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
     };
     let mut cycle = Cycle::new(cp_path.clone());
     let shutdown = Shutdown::on_signals();
-    let mut tick = tokio::time::interval(config.poll);
+    let wakeups = Wakeups::start(
+        config.watch,
+        pods_dir,
+        &[spec_path.as_path(), kubelet_state.as_path()],
+        status_path,
+    );
+    match &wakeups {
+        Wakeups::Watched { unwatched, .. } => tracing::info!(
+            "watching the pods directory and the spec file (settle {:?}; rescan every {:?}; not watched: {unwatched:?})",
+            config.settle,
+            wakeups.rescan(config.poll)
+        ),
+        Wakeups::Polled { why } => {
+            tracing::info!("polling every {:?}: {why}", config.poll)
+        }
+    }
+    let mut tick = tokio::time::interval(wakeups.rescan(config.poll));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When a pod file seen changed is looked at again (the settle rule's second look).
+    let mut settle_at: Option<tokio::time::Instant> = None;
     loop {
+        let settled_check = async {
+            match settle_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let stop = tokio::select! {
             _ = tick.tick() => false,
+            _ = wakeups.changed() => false,
+            _ = settled_check => false,
             _ = shutdown.requested() => true,
         };
         if stop {
@@ -325,6 +358,10 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
         // settling file counts with its last good version (or not yet, when new).
         match dir.scan(pods_dir) {
             Ok(scan) => {
+                settle_at = match wakeups.settle(config.settle) {
+                    Some(after) if !scan.settled => Some(tokio::time::Instant::now() + after),
+                    _ => None,
+                };
                 if scan.settled || synced_once {
                     synced_once = true;
                     core.apply(Event::PodsSynced(scan.pods));
