@@ -273,10 +273,3 @@ pub fn read_kubelet_state(
 
 #[cfg(test)]
 mod tests;
-
-/// Parser robustness for the agent's own inputs (cargo-fuzz needs a nightly toolchain, so
-/// these run as proptest): pod YAML, the checkpoint and the kubelet state, fed mutated valid
-/// documents and arbitrary bytes. Nothing may panic; every refusal is an error naming the
-/// file. Prints inputs run and how many were accepted.
-#[cfg(test)]
-mod fuzz;

@@ -125,3 +125,9 @@ fn kubelet_state_checks() {
     let v = kubelet_state(p, &k, &t).expect_err("off machine");
     assert_eq!(v.invariant, Invariant::OnMachine);
 }
+
+/// Parser robustness for the agent's own inputs (cargo-fuzz needs a nightly toolchain, so
+/// these run as proptest): pod YAML, the checkpoint and the kubelet state, fed mutated valid
+/// documents and arbitrary bytes. Nothing may panic; every refusal is an error naming the
+/// file. Prints inputs run and how many were accepted.
+mod fuzz;
