@@ -749,5 +749,62 @@ else
   fail "agent.actuation.restart=systemctl refused without naming the value: $(cat "$WORK/act-bad.err")"
 fi
 
+# --- the RBAC tables of docs/install.md match the rendered roles ---------------------------
+# Every row of the tables under "## RBAC" (resource, verbs, the values a row is "only" for,
+# a Lease "named" by the Role) must be granted by the render whose values enable it, and every
+# rule rendered must have its row: the page cannot drift from the chart.
+rbac_docs() {
+  python3 - "$WORK" <<'PY'
+import re, sys, yaml
+work = sys.argv[1]
+text = open("docs/install.md").read()
+section = text.split("\n## RBAC\n", 1)[1].split("\n## ", 1)[0]
+rows, who = [], None
+for line in section.splitlines():
+    m = re.match(r"(Operator|Agent) \((ClusterRole|Role) ", line)
+    if m:
+        who = (m.group(1).lower(), m.group(2))
+        continue
+    cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else None
+    if not cells or who is None:
+        continue
+    res_cell, verbs_cell = cells[0], cells[1]
+    resource = re.match(r"`([^`]+)`", res_cell).group(1)
+    kind = "Role" if re.search(r"\((same )?Role\b", res_cell) else who[1]
+    only = set(re.findall(r"`([a-zA-Z.]+\.enabled)`", res_cell)) if "(only" in res_cell else set()
+    named = " named " in res_cell
+    verbs = {v.strip() for v in re.split(r"[,;]", verbs_cell) if v.strip()}
+    rows.append((who[0], kind, resource, named, frozenset(verbs), frozenset(only)))
+renders = {"defaults": set(), "actuation": {"agent.actuation.enabled"}, "all-features": {"nrt.enabled"}}
+bad = []
+if len(rows) < 10:
+    bad.append(f"docs/install.md: only {len(rows)} RBAC rows found under '## RBAC'")
+for name, enabled in renders.items():
+    docs = [d for d in yaml.safe_load_all(open(f"{work}/{name}.yaml")) if d]
+    got = set()
+    for d in docs:
+        if d.get("kind") not in ("ClusterRole", "Role"):
+            continue
+        comp = d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+        for r in d.get("rules", []):
+            for res in r.get("resources", []):
+                got.add((comp, d["kind"], res, bool(r.get("resourceNames")), frozenset(r.get("verbs", []))))
+    want = {(c, k, res, n, v) for (c, k, res, n, v, only) in rows if not only or only & enabled}
+    # Rules that grant the same resource twice (core and events.k8s.io) collapse to one row.
+    for miss in sorted(want - got, key=str):
+        bad.append(f"{name}: docs/install.md lists {miss[0]} {miss[1]} {miss[2]} {sorted(miss[4])}, the chart does not grant it")
+    for extra in sorted(got - want, key=str):
+        bad.append(f"{name}: the chart grants {extra[0]} {extra[1]} {extra[2]} {sorted(extra[4])}, docs/install.md has no row for it")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
+}
+if out=$(rbac_docs 2>&1); then
+  pass "docs/install.md's RBAC tables match the rendered roles (defaults, actuation, all-features)"
+else
+  fail "docs/install.md's RBAC tables and the chart differ: $out"
+fi
+
 echo "chart-checks: $PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

@@ -4,12 +4,14 @@
 Measures RSS (VmRSS, VmHWM) and CPU time of the agent idle, then under 1,000 pod events
 (additions and deletions of Guaranteed pods, up to 200 live), and the event-to-status
 latency: from the atomic rename of a pod file to the status file showing the change.
-Usage: footprint.py PATH/TO/nodetopo-agent [poll_ms]
+Usage: footprint.py PATH/TO/nodetopo-agent [poll_ms [more agent flags, e.g. --no-watch]]
+(the agent watches its files unless --no-watch; the poll is then only its fallback)
 """
 import os, random, statistics, subprocess, sys, tempfile, time
 
 BIN = sys.argv[1]
 POLL = sys.argv[2] if len(sys.argv) > 2 else "100"
+EXTRA = sys.argv[3:]
 CLK = os.sysconf("SC_CLK_TCK")
 
 def rss(pid):
@@ -35,7 +37,7 @@ open(spec, "w").write("apiVersion: nodetopo.io/v1alpha1\nkind: NodeTopology\nmet
 p = subprocess.Popen([BIN, "run", "--local", "--preset", "epyc-9754-2p", "--poll-ms", POLL,
                       "--pods-dir", pods, "--spec", spec, "--status-file", status,
                       "--state-dir", os.path.join(d, "state"), "--kubelet-state", os.path.join(d, "none"),
-                      "--admin-addr", "127.0.0.1:19465"],
+                      "--admin-addr", "127.0.0.1:19465"] + EXTRA,
                      stderr=subprocess.DEVNULL)
 while not os.path.exists(status):
     time.sleep(0.01)
@@ -83,7 +85,7 @@ adm = {l.split()[0]: float(l.split()[1]) for l in m.splitlines() if l.startswith
 p.terminate(); p.wait()
 lat.sort()
 print(f"cycles: {cyc}, admission batches: {adm}")
-print(f"poll {POLL} ms, 512 CPUs (epyc-9754-2p), single-numa-node, up to 200 live pods")
+print(f"poll {POLL} ms {' '.join(EXTRA)}, 512 CPUs (epyc-9754-2p), single-numa-node, up to 200 live pods")
 print(f"idle: RSS {idle['VmRSS']:.1f} MiB, CPU {idle_cpu*100:.2f} %")
 print(f"1000 events: RSS {busy['VmRSS']:.1f} MiB (peak {busy['VmHWM']:.1f} MiB), CPU {busy_cpu*100:.1f} % over {time.time()-t0:.1f} s")
 print(f"event-to-status: median {statistics.median(lat):.1f} ms, p95 {lat[949]:.1f} ms, p99 {lat[989]:.1f} ms, max {lat[-1]:.1f} ms")

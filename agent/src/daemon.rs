@@ -1,7 +1,8 @@
 //! `run`: the node agent daemon.
 //!
-//! The decisions live in [`core`] (a pure state machine); this module and [`local`] are the
-//! shells that feed it events and write what comes out: the checkpoint first, then the
+//! The decisions live in [`core`] (a pure state machine); [`inputs`] are what it reads
+//! besides pods, [`publish`] what goes out besides the status, and [`shells`] (cluster and
+//! local mode) feed it events and write what comes out: the checkpoint first, then the
 //! status, so no published allocation can be lost by a crash.
 
 use std::path::PathBuf;
@@ -14,19 +15,11 @@ use nodetopo_runtime::log::LogFormat;
 pub mod actuation;
 pub mod agreement;
 pub mod checkpoint;
-pub mod config;
 pub mod core;
-pub mod cycle;
-pub mod kube;
-pub mod kubelet_actual;
+pub mod inputs;
 pub mod kubelet_state;
-pub mod local;
-pub mod metrics;
-pub mod nrt;
-pub mod podresources;
-pub mod restore;
-pub mod state_dir;
-pub mod validate;
+pub mod publish;
+pub mod shells;
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -55,10 +48,20 @@ pub struct Args {
     /// The kubelet's CPU manager checkpoint, compared with the agent's assignments.
     #[arg(long, default_value = "/var/lib/kubelet/cpu_manager_state")]
     pub kubelet_state: PathBuf,
-    /// Local mode: how often the files are re-read, in milliseconds (event-to-status latency
-    /// is about this plus one processing cycle).
+    /// Local mode: how often the files are re-read, in milliseconds, where change
+    /// notification is off or unavailable (event-to-status latency is then about this plus
+    /// one processing cycle). With notification they are rescanned every second as a safety
+    /// net.
     #[arg(long, default_value_t = 50)]
     pub poll_ms: u64,
+    /// Local mode: no file-change notification; poll every --poll-ms instead.
+    #[arg(long, requires = "local")]
+    pub no_watch: bool,
+    /// Local mode, with notification: how long a changed pod file must stay unchanged, in
+    /// milliseconds, before it is read (event-to-status latency is about this plus one
+    /// processing cycle).
+    #[arg(long, default_value_t = 2)]
+    pub settle_ms: u64,
     /// Log format. The level comes from RUST_LOG (default "info").
     #[arg(long, env = "NODETOPO_LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -75,7 +78,7 @@ pub struct Args {
     pub nrt: bool,
     /// With --nrt: the kubelet's PodResources socket, read for the exclusive CPUs it
     /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
-    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    #[arg(long, default_value = inputs::podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
@@ -95,7 +98,8 @@ pub fn topology(args: &Args) -> anyhow::Result<CpuTopology> {
     }
 }
 
-/// Runs `run`.
+/// Runs `run`: checks the mode's arguments, discovers the topology, and hands plain values
+/// to the shell of that mode.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     nodetopo_runtime::log::init(args.log_format);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -103,8 +107,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     if args.local {
-        rt.block_on(local::run(args))
+        let config = local_config(&args)?;
+        let node = node(&args)?;
+        rt.block_on(shells::local::run(node, config))
     } else {
-        rt.block_on(kube::run(args))
+        let config = kube_config(&args)?;
+        let node = node(&args)?;
+        rt.block_on(shells::kube::run(node, config))
     }
+}
+
+/// What both modes need.
+fn node(args: &Args) -> anyhow::Result<shells::Node> {
+    Ok(shells::Node {
+        topology: topology(args)?,
+        state_dir: args.state_dir.clone(),
+        kubelet_state: args.kubelet_state.clone(),
+        admin_addr: args.admin_addr.clone(),
+    })
+}
+
+/// Local mode's files; all three are needed.
+fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
+    let (Some(pods_dir), Some(spec), Some(status_file)) =
+        (&args.pods_dir, &args.spec, &args.status_file)
+    else {
+        anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
+    };
+    Ok(shells::local::Config {
+        pods_dir: pods_dir.clone(),
+        spec: spec.clone(),
+        status_file: status_file.clone(),
+        poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
+        watch: !args.no_watch,
+        settle: std::time::Duration::from_millis(args.settle_ms.max(1)),
+    })
+}
+
+/// Cluster mode's settings; the node name is needed.
+fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
+    let node = args
+        .node_name
+        .clone()
+        .context("cluster mode needs the node name (NODE_NAME or --node-name)")?;
+    Ok(shells::kube::Config {
+        node,
+        nrt: args.nrt,
+        pod_resources_socket: args.pod_resources_socket.clone(),
+        actuation: args.actuation.clone(),
+    })
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod actuate;
 mod daemon;
+mod state_dir;
 
 /// nodetopo node agent and offline CPU-placement tools.
 #[derive(Debug, Parser)]
@@ -25,7 +26,7 @@ enum Command {
     Run(Box<daemon::Args>),
     /// Create the state directory and hand it (and its files) to the agent's user; the
     /// chart's init container runs this, the only step that needs uid 0 (with CAP_CHOWN).
-    PrepareStateDir(daemon::state_dir::Args),
+    PrepareStateDir(state_dir::Args),
     /// Make the kubelet run a policy's CPU/topology-manager settings (drop-in, state
     /// rewrite, restart, verify, roll back on failure); see docs/actuation.md.
     Apply(Box<actuate::Args>),
@@ -36,7 +37,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Offline(c) => c.run(),
         Command::Run(a) => daemon::run(*a),
-        Command::PrepareStateDir(a) => daemon::state_dir::run(a),
+        Command::PrepareStateDir(a) => state_dir::run(a),
         Command::Apply(a) => actuate::run(*a),
     };
     match result {

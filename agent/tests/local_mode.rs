@@ -53,16 +53,13 @@ impl Env {
         fs::rename(tmp, self.pods().join(format!("p{n}.yaml"))).expect("pod rename");
     }
     fn start(&self, kubelet: &Path) -> Child {
+        self.start_with(kubelet, &["--poll-ms", "5"])
+    }
+    fn start_with(&self, kubelet: &Path, extra: &[&str]) -> Child {
         let _ = fs::remove_file(self.p("status.yaml"));
         Command::new(BIN)
-            .args([
-                "run",
-                "--local",
-                "--preset",
-                "epyc-7303-2p",
-                "--poll-ms",
-                "5",
-            ])
+            .args(["run", "--local", "--preset", "epyc-7303-2p"])
+            .args(extra)
             .arg("--pods-dir")
             .arg(self.pods())
             .arg("--spec")
@@ -368,4 +365,36 @@ fn spec_change_keeps_old_pods_and_says_so() {
         message(&s, "PolicyCurrent"),
         "pods admitted under an older spec keep their CPUs: default/p1"
     );
+}
+
+/// With change notification, pod files are seen without the poll: the poll interval here is
+/// ten minutes, so only a notification can bring the added pod (and its removal) to the
+/// status within the wait.
+#[test]
+fn pod_files_are_watched_not_polled() {
+    let e = Env::new();
+    let c = e.start_with(&e.p("no-kubelet"), &["--poll-ms", "600000"]);
+    e.wait("first status", |s| {
+        s.get("observedGeneration").and_then(Value::as_i64) == Some(1)
+    });
+    e.pod(1, 2);
+    e.wait("the added pod's allocation", |s| allocations(s).len() == 1);
+    fs::remove_file(e.pods().join("p1.yaml")).expect("remove");
+    e.wait("the removed pod released", |s| allocations(s).is_empty());
+    stop(c);
+}
+
+/// Without notification (`--no-watch`) the poll alone still brings pod files in and out.
+#[test]
+fn without_notification_the_poll_sees_pod_files() {
+    let e = Env::new();
+    let c = e.start_with(&e.p("no-kubelet"), &["--no-watch", "--poll-ms", "5"]);
+    e.wait("first status", |s| {
+        s.get("observedGeneration").and_then(Value::as_i64) == Some(1)
+    });
+    e.pod(1, 2);
+    e.wait("the added pod's allocation", |s| allocations(s).len() == 1);
+    fs::remove_file(e.pods().join("p1.yaml")).expect("remove");
+    e.wait("the removed pod released", |s| allocations(s).is_empty());
+    stop(c);
 }

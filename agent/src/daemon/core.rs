@@ -30,12 +30,12 @@ use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport}
 use nodetopo_engine::{CpuTopology, Pod, QosClass};
 use nodetopo_kubelet::pods::manifest;
 
-use super::checkpoint::{self, CheckpointData};
-use super::config::{node_config, SpecError};
-use super::kubelet_actual::{self, KubeletActual};
-use super::kubelet_state::KubeletCpuState;
-use super::podresources::KubeletView;
-use super::validate::{self, KubeletError};
+use crate::daemon::checkpoint::{self, CheckpointData};
+use crate::daemon::inputs::kubelet_actual::{self, KubeletActual};
+use crate::daemon::inputs::podresources::KubeletView;
+use crate::daemon::inputs::spec::{node_config, SpecError};
+use crate::daemon::inputs::validate::{self, KubeletError};
+use crate::daemon::kubelet_state::KubeletCpuState;
 
 mod kubelet;
 
@@ -238,7 +238,7 @@ impl Core {
     /// A core for this machine, with the checkpoint found at start (if any) and, when the
     /// checkpoint was rejected, the reason and message for the condition.
     ///
-    /// The checkpoint is validated against this machine (see [`super::validate`]); one that
+    /// The checkpoint is validated against this machine (see [`crate::daemon::inputs::validate`]); one that
     /// breaks an invariant is not used, the condition names the invariant, and the shell is
     /// asked to move the file aside.
     pub fn new(

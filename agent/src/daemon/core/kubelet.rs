@@ -9,8 +9,8 @@ use nodetopo_crds::KubeletSource;
 use nodetopo_engine::report::AllocationReport;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
-use super::super::kubelet_actual::{self, KubeletActual};
 use super::Core;
+use crate::daemon::inputs::kubelet_actual::{self, KubeletActual};
 
 impl Core {
     /// The containers where the kubelet's checkpoint and the engine differ, as

@@ -391,8 +391,8 @@ fn reserved_outside_the_shared_pool_is_rejected_and_moved_aside() {
     );
     core.apply(Event::PodsSynced(pods));
     core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
-    let metrics = super::super::metrics::Metrics::new();
-    let mut cycle = super::super::cycle::Cycle::new(path.clone());
+    let metrics = crate::daemon::publish::metrics::Metrics::new();
+    let mut cycle = crate::daemon::shells::cycle::Cycle::new(path.clone());
     let st = cycle.run(&mut core, &metrics, &now()).expect("status");
     let c = conditions::find(&st.conditions, conditions::CHECKPOINT_RESTORED).expect("cond");
     assert_eq!(c.reason, "CheckpointInconsistent");
@@ -456,7 +456,6 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
     }
 }
 
-#[path = "props.rs"]
 mod props;
 
 /// A core with spec generation `generation` (reserved 0,32, topology manager none), no pods,
@@ -563,7 +562,7 @@ fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alo
 /// container) are not a disagreement; a sidecar (restartable init container) still counts.
 #[test]
 fn podresources_leaves_finished_init_containers_out_of_agreement() {
-    use crate::daemon::podresources::{ContainerCpus, KubeletView};
+    use crate::daemon::inputs::podresources::{ContainerCpus, KubeletView};
     let mut core = Core::new(topo(), None, None);
     core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
     let mut p = pod("a", "ua", "2024-01-01T00:00:00Z", 2);

@@ -29,8 +29,8 @@ use nodetopo_crds::{KubeletObserved, KubeletSource, NodeTopologyStatus, AGENT_FI
 use nodetopo_engine::admission::{CpuManagerConfig, Pools};
 use nodetopo_engine::CpuSet;
 
-use super::config::node_config;
-use super::core::Core;
+use crate::daemon::core::Core;
+use crate::daemon::inputs::spec::node_config;
 
 /// The object for the core's current state, or why there is none yet (no spec applied, a
 /// spec that does not apply, or inputs the builder refuses).

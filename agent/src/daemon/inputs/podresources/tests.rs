@@ -349,7 +349,7 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
     );
     assert!(agree.message.contains("PodResources"), "{}", agree.message);
     // The NodeResourceTopology object reads the same source, devices included.
-    let nrt = crate::daemon::nrt::desired(&core, &st, "n1").expect("object");
+    let nrt = crate::daemon::publish::nrt::desired(&core, &st, "n1").expect("object");
     assert_eq!(
         nrt.attribute("nodetopo.io/allocationSource"),
         Some("PodResources")

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use nodetopo_engine::CpuTopology;
 
-use super::checkpoint;
-use super::cycle::unix_now;
-use super::validate;
+use crate::daemon::checkpoint;
+use crate::daemon::inputs::validate;
+use crate::daemon::shells::cycle::unix_now;
 
 /// Loads the checkpoint at start and validates it against this machine; a rejected file
 /// (unreadable, corrupt, or breaking an invariant) is moved aside, logged with its name, and

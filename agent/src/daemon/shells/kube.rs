@@ -3,6 +3,7 @@
 //! manager `nodetopo-agent`), debounced, from a writer task that retries with backoff and
 //! always sends the latest status, so a slow API server never blocks admission.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +18,15 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
 
-use super::agreement::{AgreementFeed, AgreementSeen};
-use super::checkpoint;
-use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::metrics::{self, Metrics};
-use super::restore::load_checkpoint;
-use super::validate;
-use super::Args;
+use crate::daemon::actuation::ActuationArgs;
+use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
+use crate::daemon::checkpoint;
+use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::validate;
+use crate::daemon::publish::metrics::{self, Metrics};
+use crate::daemon::shells::cycle::{now, Cycle};
+use crate::daemon::shells::restore::load_checkpoint;
+use crate::daemon::shells::Node;
 use nodetopo_runtime::shutdown::Shutdown;
 
 /// The watcher configuration of the node's pods.
@@ -221,25 +223,51 @@ async fn report_checkpoint_problem(client: &Client, reason: &str, note: &str) {
     }
 }
 
+/// Cluster mode's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's name (its NodeTopology, the field selector of its pods).
+    pub node: String,
+    /// Also publish a NodeResourceTopology.
+    pub nrt: bool,
+    /// The kubelet's PodResources socket (empty: not read).
+    pub pod_resources_socket: PathBuf,
+    /// Actuation's settings.
+    pub actuation: ActuationArgs,
+}
+
+/// Where the shell reads the kubelet: its CPU manager checkpoint and PodResources socket.
+struct KubeletSources {
+    state: PathBuf,
+    socket: PathBuf,
+}
+
 /// Cluster mode until SIGTERM.
-pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let node = args
-        .node_name
-        .clone()
-        .context("cluster mode needs the node name (NODE_NAME or --node-name)")?;
-    let topology = super::topology(&args)?;
+pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::ExitCode> {
+    let Node {
+        topology,
+        state_dir,
+        kubelet_state,
+        admin_addr,
+    } = this;
+    let Config {
+        node,
+        nrt,
+        pod_resources_socket,
+        actuation,
+    } = config;
     let client = Client::try_default()
         .await
         .context("connecting to the API server")?;
     let api: Api<NodeTopology> = Api::all(client.clone());
     let metrics = Arc::new(Metrics::new());
-    if !args.admin_addr.is_empty() {
-        metrics::serve(&args.admin_addr, metrics.clone()).await?;
+    if !admin_addr.is_empty() {
+        metrics::serve(&admin_addr, metrics.clone()).await?;
     }
     wait_for_node_topology(&api, &node).await;
-    std::fs::create_dir_all(&args.state_dir)
-        .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
-    let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let cp_path = state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = load_checkpoint(&cp_path, &topology);
     if let Some((reason, note)) = &problem {
         report_checkpoint_problem(&client, reason, note).await;
@@ -249,24 +277,24 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(status_writer(api.clone(), node.clone(), rx, done_tx));
     // NodeResourceTopology (--nrt): its own writer, fed the object of each published cycle.
-    let nrt_tx = args.nrt.then(|| spawn_nrt_writer(&client, &node));
+    let nrt_tx = nrt.then(|| spawn_nrt_writer(&client, &node));
     // Actuation verdicts come back as core events (the task runs with actuation off too, to
     // answer a rollout mark with ActuationDisabled).
     let (act_tx, act_rx) = tokio::sync::mpsc::channel(4);
-    if args.actuation.actuation {
+    if actuation.actuation {
         // Fail at start-up, not at the first mark, when the restart hook is incomplete.
-        args.actuation.service()?;
+        actuation.service()?;
     }
     // The verify step of an apply waits for KubeletAgreement on a kubelet read after the
     // restart: each cycle publishes what was seen, and the step can ask for a read now.
     let (seen_tx, seen_rx) = tokio::sync::watch::channel(None);
     let read_now = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(super::actuation::run(
+    tokio::spawn(crate::daemon::actuation::run(
         client.clone(),
         node.clone(),
         topology.clone(),
-        args.kubelet_state.clone(),
-        args.actuation.clone(),
+        kubelet_state.clone(),
+        actuation,
         act_tx,
         AgreementFeed {
             seen: seen_rx,
@@ -286,6 +314,10 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let shutdown = Shutdown::on_signals();
     let mut kubelet_tick = tokio::time::interval(Duration::from_secs(10));
     let mut cycle = Cycle::new(cp_path);
+    let kubelet = KubeletSources {
+        state: kubelet_state,
+        socket: pod_resources_socket,
+    };
     let mut last_read: Option<std::time::Instant> = None;
     loop {
         let (stop, kubelet_read) = next_inputs(
@@ -293,7 +325,7 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             (&mut kubelet_tick, &read_now, &mut last_read),
             &shutdown,
             &mut core,
-            &args,
+            &kubelet,
             &topology,
         )
         .await;
@@ -363,7 +395,7 @@ async fn next_inputs<S>(
     (kubelet_tick, read_now, last_read): KubeletReads<'_>,
     shutdown: &Shutdown,
     core: &mut Core,
-    args: &Args,
+    kubelet: &KubeletSources,
     topology: &CpuTopology,
 ) -> (bool, bool)
 where
@@ -377,11 +409,11 @@ where
             None => stop = true,
         },
         _ = kubelet_tick.tick() => {
-            read_kubelet(core, args, topology, last_read).await;
+            read_kubelet(core, kubelet, topology, last_read).await;
             kubelet_read = true;
         }
         _ = read_now.notified() => {
-            read_kubelet(core, args, topology, last_read).await;
+            read_kubelet(core, kubelet, topology, last_read).await;
             kubelet_read = true;
         }
         _ = shutdown.requested() => stop = true,
@@ -402,17 +434,17 @@ where
 /// noting when the read began.
 async fn read_kubelet(
     core: &mut Core,
-    args: &Args,
+    kubelet: &KubeletSources,
     topology: &CpuTopology,
     last_read: &mut Option<std::time::Instant>,
 ) {
     *last_read = Some(std::time::Instant::now());
     core.apply(Event::Kubelet(validate::read_kubelet_state(
-        &args.kubelet_state,
+        &kubelet.state,
         topology,
     )));
     core.apply(Event::PodResources(
-        super::podresources::read_if_present(&args.pod_resources_socket, PODRESOURCES_TIMEOUT)
+        crate::daemon::inputs::podresources::read_if_present(&kubelet.socket, PODRESOURCES_TIMEOUT)
             .await,
     ));
 }
@@ -424,7 +456,7 @@ fn spawn_nrt_writer(
     node: &str,
 ) -> tokio::sync::watch::Sender<Option<NodeResourceTopology>> {
     let (nrt_tx, nrt_rx) = tokio::sync::watch::channel(None);
-    tokio::spawn(super::nrt::writer(
+    tokio::spawn(crate::daemon::publish::nrt::writer(
         Api::all(client.clone()),
         Api::all(client.clone()),
         node.to_string(),
@@ -441,7 +473,7 @@ fn publish_nrt(
     status: &NodeTopologyStatus,
     node: &str,
 ) {
-    match super::nrt::desired(core, status, node) {
+    match crate::daemon::publish::nrt::desired(core, status, node) {
         Ok(obj) => {
             let _ = nrt_tx.send(Some(obj));
         }

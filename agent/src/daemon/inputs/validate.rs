@@ -25,8 +25,8 @@ use nodetopo_crds::conditions::reason;
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
-use super::checkpoint::CheckpointData;
-use super::kubelet_state::{KubeletCpuState, KubeletStateError};
+use crate::daemon::checkpoint::CheckpointData;
+use crate::daemon::kubelet_state::{KubeletCpuState, KubeletStateError};
 
 /// Which invariant a state file breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,14 +256,15 @@ pub enum KubeletError {
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
-/// The read is bounded ([`super::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// The read is bounded ([`crate::daemon::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
 /// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
 /// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
 ) -> Result<Option<KubeletCpuState>, KubeletError> {
-    let state = super::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
+    let state =
+        crate::daemon::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
     if let Some(s) = &state {
         kubelet_state(file, s, topology).map_err(KubeletError::Invalid)?;
     }
@@ -271,260 +272,4 @@ pub fn read_kubelet_state(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nodetopo_engine::report::AllocationReport;
-
-    fn topo() -> CpuTopology {
-        nodetopo_engine::presets::build("epyc-7303-2p").expect("preset")
-    }
-
-    fn record(uid: &str, c: &str, cpus: &str) -> AllocationReport {
-        AllocationReport {
-            pod: format!("default/{uid}"),
-            pod_uid: uid.into(),
-            container: c.into(),
-            cpus: cpus.into(),
-            ..Default::default()
-        }
-    }
-
-    fn cp(entries: &[(&str, &str, &str)], records: &[(&str, &str, &str)]) -> CheckpointData {
-        let mut d = CheckpointData {
-            default_cpu_set: "0-1,10-63".into(),
-            ..Default::default()
-        };
-        for (u, c, s) in entries {
-            d.entries
-                .entry(u.to_string())
-                .or_default()
-                .insert(c.to_string(), s.to_string());
-        }
-        for (u, c, s) in records {
-            d.allocations
-                .entry(u.to_string())
-                .or_default()
-                .push(record(u, c, s));
-        }
-        d
-    }
-
-    fn why(d: &CheckpointData) -> (Invariant, String) {
-        let v = checkpoint(Path::new("/s/nodetopo_state"), d, &topo()).expect_err("invalid");
-        (v.invariant, v.to_string())
-    }
-
-    #[test]
-    fn consistent_checkpoint_passes() {
-        let d = cp(
-            &[("u1", "app", "2-5"), ("u2", "app", "6-9")],
-            &[("u1", "app", "2-5"), ("u2", "app", "6-9")],
-        );
-        let s = checkpoint(Path::new("/s"), &d, &topo()).expect("valid");
-        assert_eq!(s.assignments.len(), 2);
-        // Containers of one pod may share (reused init-container CPUs).
-        let d = cp(
-            &[("u1", "init", "2-5"), ("u1", "app", "2-5")],
-            &[("u1", "init", "2-5"), ("u1", "app", "2-5")],
-        );
-        assert!(checkpoint(Path::new("/s"), &d, &topo()).is_ok());
-    }
-
-    #[test]
-    fn each_invariant_is_named() {
-        // The issue's example: two pods on the same CPUs, checksum valid.
-        let d = cp(
-            &[("u1", "app", "2-5"), ("u2", "app", "2-5")],
-            &[("u1", "app", "2-5"), ("u2", "app", "2-5")],
-        );
-        assert_eq!(
-            why(&d),
-            (
-                Invariant::Exclusive,
-                "/s/nodetopo_state: invariant \"no CPU in two places\" violated: cpu 2 is held by both u1/app and u2/app".into()
-            )
-        );
-        let d = cp(&[("u1", "app", "2-5,70")], &[("u1", "app", "2-5,70")]);
-        assert_eq!(why(&d).0, Invariant::OnMachine);
-        assert!(why(&d).1.contains("cpu 70 of u1/app"), "{}", why(&d).1);
-        let d = cp(&[("u1", "app", "x")], &[("u1", "app", "x")]);
-        assert_eq!(why(&d).0, Invariant::WellFormed);
-        let d = cp(&[("u1", "app", "1-5")], &[("u1", "app", "1-5")]);
-        assert!(why(&d)
-            .1
-            .contains("cpu 1 is in both the shared pool and u1/app"));
-        let d = cp(&[("u1", "app", "2-5")], &[("u1", "app", "6-9")]);
-        assert_eq!(why(&d).0, Invariant::RecordsMatchEntries);
-        let d = cp(&[("u1", "app", "2-5")], &[]);
-        assert!(why(&d).1.contains("has no allocation record"));
-        let d = cp(&[], &[("u1", "app", "2-5")]);
-        assert!(why(&d).1.contains("has no CPU entry"));
-        let mut d = cp(&[("u1", "app", "2-5")], &[("u1", "app", "2-5")]);
-        d.rejections.insert("u1".into(), vec![]);
-        assert!(why(&d).1.contains("both admitted and rejected"));
-    }
-
-    #[test]
-    fn kubelet_state_checks() {
-        let t = topo();
-        let p = Path::new("/k/cpu_manager_state");
-        let parse = |s: &str| CpuSet::parse(s).expect("set");
-        let mut k = KubeletCpuState {
-            policy_name: "static".into(),
-            default_cpu_set: parse("0-1,10-63"),
-            entries: BTreeMap::new(),
-            checksum: 1,
-            format: crate::daemon::kubelet_state::CheckpointFormat::V2,
-            pod_entries: Default::default(),
-            checksum_check: crate::daemon::kubelet_state::ChecksumCheck::Verified,
-        };
-        k.entries
-            .entry("u1".into())
-            .or_default()
-            .insert("app".into(), parse("2-5"));
-        assert!(kubelet_state(p, &k, &t).is_ok());
-        k.entries
-            .entry("u2".into())
-            .or_default()
-            .insert("app".into(), parse("5-6"));
-        let v = kubelet_state(p, &k, &t).expect_err("overlap");
-        assert_eq!(
-            v.to_string(),
-            "/k/cpu_manager_state: invariant \"no CPU in two places\" violated: cpu 5 is held by both u1/app and u2/app"
-        );
-        k.entries.remove("u2");
-        k.entries
-            .entry("u3".into())
-            .or_default()
-            .insert("app".into(), parse("100-101"));
-        let v = kubelet_state(p, &k, &t).expect_err("off machine");
-        assert_eq!(v.invariant, Invariant::OnMachine);
-    }
-}
-
-/// Parser robustness for the agent's own inputs (cargo-fuzz needs a nightly toolchain, so
-/// these run as proptest): pod YAML, the checkpoint and the kubelet state, fed mutated valid
-/// documents and arbitrary bytes. Nothing may panic; every refusal is an error naming the
-/// file. Prints inputs run and how many were accepted.
-#[cfg(test)]
-mod fuzz {
-    use std::cell::Cell;
-    use std::path::Path;
-
-    use proptest::prelude::*;
-    use proptest::test_runner::{Config, TestRunner};
-
-    use super::super::checkpoint::{decode, encode, CheckpointData};
-    use super::super::kubelet_state;
-
-    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  initContainers: [{name: i, resources: {limits: {cpu: \"1\", memory: 1Gi}}}]\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi, example.com/gpu: 1, hugepages-2Mi: 4Mi}}\n---\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 3, template: {spec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}}}\n";
-    const KUBELET: &str = r#"{"policyName":"static","defaultCpuSet":"0-1,6-7","entries":{"u1":{"app":"2-5"}},"checksum":3321}"#;
-
-    fn cases() -> u32 {
-        std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1500)
-    }
-
-    /// A valid document with a few bytes overwritten, deleted or inserted, or arbitrary bytes.
-    fn mutated(seed: &'static str) -> impl Strategy<Value = Vec<u8>> {
-        let edits = proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..6);
-        prop_oneof![
-            4 => edits.prop_map(move |edits| {
-                let mut b = seed.as_bytes().to_vec();
-                for (at, byte, how) in edits {
-                    let i = at % (b.len() + 1);
-                    match how {
-                        0 if i < b.len() => b[i] = byte,
-                        1 if i < b.len() => {
-                            b.remove(i);
-                        }
-                        _ => b.insert(i, byte),
-                    }
-                }
-                b
-            }),
-            1 => proptest::collection::vec(any::<u8>(), 0..200),
-        ]
-    }
-
-    fn run(name: &str, seed: &'static str, f: impl Fn(&[u8]) -> bool) {
-        let mut runner = TestRunner::new(Config {
-            cases: cases(),
-            failure_persistence: None,
-            ..Config::default()
-        });
-        let (runs, accepted) = (Cell::new(0u64), Cell::new(0u64));
-        runner
-            .run(&mutated(seed), |bytes| {
-                runs.set(runs.get() + 1);
-                if f(&bytes) {
-                    accepted.set(accepted.get() + 1);
-                }
-                Ok(())
-            })
-            .expect(name);
-        println!(
-            "parser fuzz: {name}: {} inputs, {} accepted, 0 panics",
-            runs.get(),
-            accepted.get()
-        );
-    }
-
-    #[test]
-    fn pod_yaml_never_panics() {
-        run("pod YAML", POD, |b| {
-            let text = String::from_utf8_lossy(b);
-            match nodetopo_kubelet::pods::pods_from_yaml(&text) {
-                Ok(pods) => pods
-                    .iter()
-                    .all(|p| nodetopo_kubelet::pods::engine_pod(p).is_ok()),
-                Err(e) => {
-                    assert!(!e.to_string().is_empty());
-                    false
-                }
-            }
-        });
-    }
-
-    #[test]
-    fn checkpoint_never_panics() {
-        let mut d = CheckpointData {
-            spec_generation: Some(2),
-            default_cpu_set: "0-1,6-7".into(),
-            ..Default::default()
-        };
-        d.entries
-            .entry("u1".into())
-            .or_default()
-            .insert("app".into(), "2-5".into());
-        let seed: &'static str = Box::leak(
-            String::from_utf8(encode(&d))
-                .expect("utf8")
-                .into_boxed_str(),
-        );
-        let path = Path::new("/s/nodetopo_state");
-        run("checkpoint", seed, |b| match decode(path, b) {
-            Ok(_) => true,
-            Err(e) => {
-                assert!(e.to_string().contains("/s/nodetopo_state"), "{e}");
-                false
-            }
-        });
-    }
-
-    #[test]
-    fn kubelet_state_never_panics() {
-        let path = Path::new("/k/cpu_manager_state");
-        run("kubelet state", KUBELET, |b| {
-            match kubelet_state::parse(path, &String::from_utf8_lossy(b)) {
-                Ok(_) => true,
-                Err(e) => {
-                    assert!(e.to_string().contains("/k/cpu_manager_state"), "{e}");
-                    false
-                }
-            }
-        });
-    }
-}
+mod tests;

@@ -1,6 +1,6 @@
 //! What the kubelet actually did, from the best source readable: its PodResources API
-//! (`List` + `GetAllocatableResources`, [`super::podresources`]) when the socket answers,
-//! else its CPU manager checkpoint ([`super::kubelet_state`]), else nothing.
+//! (`List` + `GetAllocatableResources`, [`crate::daemon::inputs::podresources`]) when the socket answers,
+//! else its CPU manager checkpoint ([`crate::daemon::kubelet_state`]), else nothing.
 //!
 //! Pure: the core hands in both reads and the pods it knows (PodResources names pods by
 //! namespace and name, the checkpoint by UID; both are keyed by UID here, through the pods
@@ -20,9 +20,9 @@ use std::path::Path;
 use nodetopo_crds::{KubeletAssignment, KubeletObserved, KubeletSource};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
-use super::kubelet_state::{ChecksumCheck, KubeletCpuState};
-use super::podresources::KubeletView;
-use super::validate;
+use crate::daemon::inputs::podresources::KubeletView;
+use crate::daemon::inputs::validate;
+use crate::daemon::kubelet_state::{ChecksumCheck, KubeletCpuState};
 
 /// The kubelet's CPU assignments, whichever source they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

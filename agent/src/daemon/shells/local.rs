@@ -15,13 +15,13 @@ use anyhow::Context;
 use nodetopo_crds::NodeTopology;
 use nodetopo_kubelet::pods::pods_from_yaml;
 
-use super::checkpoint;
-use super::core::{Core, Event, PodInfo};
-use super::cycle::{now, Cycle};
-use super::metrics::{self, Metrics};
-use super::restore;
-use super::validate;
-use super::Args;
+use crate::daemon::checkpoint;
+use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::validate;
+use crate::daemon::publish::metrics::{self, Metrics};
+use crate::daemon::shells::cycle::{now, Cycle};
+use crate::daemon::shells::watch::Wakeups;
+use crate::daemon::shells::{restore, Node};
 use nodetopo_engine::files::read_text_bounded;
 use nodetopo_kubelet::pods::{MAX_PODS, MAX_POD_FILE_BYTES};
 use nodetopo_runtime::shutdown::Shutdown;
@@ -45,9 +45,11 @@ struct FileEntry {
 /// Reads pod files and keeps the last good version of each.
 ///
 /// A file is read only once it has settled: the same modification time, size and inode at
-/// two consecutive scans, and unchanged across the read. A file written in several steps is
-/// therefore not admitted as it looked after the first step, as long as the steps are less
-/// than one poll interval apart (writers that need more should write a temp file and rename
+/// two consecutive scans, and unchanged across the read. The second scan comes the settle
+/// time after the first (`--settle-ms`, with change notification; any further change to the
+/// directory starts over) or one poll interval later (without). A file written in several
+/// steps is therefore not admitted as it looked after the first step, as long as the steps
+/// are less than that apart (writers that need more should write a temp file and rename
 /// it, as the kubelet's ConfigMap writer does). Symlinks are followed, so the ConfigMap mount
 /// layout (`pods.yaml -> ..data/pods.yaml`, `..data -> ..<timestamp>/`) works; names starting
 /// with a dot are never pod files. Files that cannot be read (not a regular file, too large,
@@ -261,17 +263,35 @@ impl SpecFile {
     }
 }
 
+/// Local mode's files.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Directory of Pod YAML files (Pods or workloads).
+    pub pods_dir: PathBuf,
+    /// A NodeTopology YAML file whose spec configures the node.
+    pub spec: PathBuf,
+    /// Where the NodeTopology object with its status is written (atomically).
+    pub status_file: PathBuf,
+    /// How often the files are re-read where change notification is off or unavailable.
+    pub poll: Duration,
+    /// Whether change notification is used (else the poll alone).
+    pub watch: bool,
+    /// With notification: how long a changed pod file must stay unchanged before it is read.
+    pub settle: Duration,
+}
+
 /// The local-mode loop until SIGTERM/SIGINT.
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (Some(pods_dir), Some(spec_path), Some(status_path)) =
-        (&args.pods_dir, &args.spec, &args.status_file)
-    else {
-        anyhow::bail!("--local needs --pods-dir, --spec and --status-file");
-    };
-    let topology = super::topology(&args)?;
-    std::fs::create_dir_all(&args.state_dir)
-        .with_context(|| format!("creating state directory {}", args.state_dir.display()))?;
-    let cp_path = args.state_dir.join(checkpoint::FILE_NAME);
+pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
+    let Node {
+        topology,
+        state_dir,
+        kubelet_state,
+        admin_addr,
+    } = node;
+    let (pods_dir, spec_path, status_path) = (&config.pods_dir, &config.spec, &config.status_file);
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let cp_path = state_dir.join(checkpoint::FILE_NAME);
     let (restored, problem) = restore::load_checkpoint(&cp_path, &topology);
     for stale in nodetopo_kubelet::atomic::remove_stale_temps(status_path) {
         tracing::info!(
@@ -281,8 +301,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut core = Core::new(topology.clone(), restored, problem);
     let metrics = Arc::new(Metrics::new());
-    if !args.admin_addr.is_empty() {
-        metrics::serve(&args.admin_addr, metrics.clone()).await?;
+    if !admin_addr.is_empty() {
+        metrics::serve(&admin_addr, metrics.clone()).await?;
     }
     let mut dir = PodDir::default();
     let mut synced_once = false;
@@ -293,11 +313,37 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut cycle = Cycle::new(cp_path.clone());
     let shutdown = Shutdown::on_signals();
-    let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
+    let wakeups = Wakeups::start(
+        config.watch,
+        pods_dir,
+        &[spec_path.as_path(), kubelet_state.as_path()],
+        status_path,
+    );
+    match &wakeups {
+        Wakeups::Watched { unwatched, .. } => tracing::info!(
+            "watching the pods directory and the spec file (settle {:?}; rescan every {:?}; not watched: {unwatched:?})",
+            config.settle,
+            wakeups.rescan(config.poll)
+        ),
+        Wakeups::Polled { why } => {
+            tracing::info!("polling every {:?}: {why}", config.poll)
+        }
+    }
+    let mut tick = tokio::time::interval(wakeups.rescan(config.poll));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When a pod file seen changed is looked at again (the settle rule's second look).
+    let mut settle_at: Option<tokio::time::Instant> = None;
     loop {
+        let settled_check = async {
+            match settle_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let stop = tokio::select! {
             _ = tick.tick() => false,
+            _ = wakeups.changed() => false,
+            _ = settled_check => false,
             _ = shutdown.requested() => true,
         };
         if stop {
@@ -312,6 +358,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         // settling file counts with its last good version (or not yet, when new).
         match dir.scan(pods_dir) {
             Ok(scan) => {
+                settle_at = match wakeups.settle(config.settle) {
+                    Some(after) if !scan.settled => Some(tokio::time::Instant::now() + after),
+                    _ => None,
+                };
                 if scan.settled || synced_once {
                     synced_once = true;
                     core.apply(Event::PodsSynced(scan.pods));
@@ -323,7 +373,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(ev) = spec.read(spec_path) {
             core.apply(ev);
         }
-        let kubelet = validate::read_kubelet_state(&args.kubelet_state, &topology);
+        let kubelet = validate::read_kubelet_state(&kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
         if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
             let mut obj = NodeTopology::new(&spec.name, Default::default());

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodetopo_crds::NodeTopologyStatus;
 
-use super::checkpoint::{self, CheckpointData};
-use super::core::Core;
-use super::metrics::Metrics;
+use crate::daemon::checkpoint::{self, CheckpointData};
+use crate::daemon::core::Core;
+use crate::daemon::publish::metrics::Metrics;
 
 /// What the shells remember between cycles.
 pub struct Cycle {

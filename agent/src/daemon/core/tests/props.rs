@@ -179,7 +179,7 @@ fn random_checkpoints_and_kubelet_states_never_publish_overlap() {
             // Checksum-valid by construction: written by the agent's own encoder.
             checkpoint::save(&cp_path, &data).expect("save");
             std::fs::write(&k_path, &ktext).expect("write");
-            let (loaded, problem) = crate::daemon::restore::load_checkpoint(&cp_path, &t);
+            let (loaded, problem) = crate::daemon::shells::restore::load_checkpoint(&cp_path, &t);
             if problem.is_some() {
                 rejected.set(rejected.get() + 1);
             } else {

@@ -2,7 +2,7 @@
 //! through a generated gRPC server is in `podresources::tests`).
 
 use super::*;
-use crate::daemon::podresources::ContainerCpus;
+use crate::daemon::inputs::podresources::ContainerCpus;
 
 fn topo() -> CpuTopology {
     nodetopo_engine::presets::build("epyc-7303-2p").expect("preset")

@@ -142,16 +142,16 @@ fn follows_agent_then_kubelet_then_policy_none() {
 
     // The PodResources API, when readable, wins, through the core's status (the same view
     // NodeTopology shows): its CPUs and its pods (by name, known to the agent or not).
-    let view = crate::daemon::podresources::KubeletView {
+    let view = crate::daemon::inputs::podresources::KubeletView {
         allocatable_cpus: CpuSet::parse("1-31,33-63").expect("set"),
         containers: vec![
-            crate::daemon::podresources::ContainerCpus {
+            crate::daemon::inputs::podresources::ContainerCpus {
                 namespace: "default".into(),
                 pod: "a".into(),
                 container: "app".into(),
                 cpus: CpuSet::parse("4-7").expect("set"),
             },
-            crate::daemon::podresources::ContainerCpus {
+            crate::daemon::inputs::podresources::ContainerCpus {
                 namespace: "other".into(),
                 pod: "x".into(),
                 container: "c".into(),

@@ -1,0 +1,7 @@
+//! What the core reads besides pods: the NodeTopology spec, the kubelet's view (PodResources
+//! or its CPU manager checkpoint) and the semantic checks every state file passes first.
+
+pub mod kubelet_actual;
+pub mod podresources;
+pub mod spec;
+pub mod validate;
