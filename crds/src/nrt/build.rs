@@ -17,8 +17,8 @@
 //! - node attributes `topologyManagerPolicy`, `topologyManagerScope`,
 //!   `topologyManagerMaxNUMANodes` with the kubelet's names and the values the plugin
 //!   accepts, and `nodeTopologyPodsFingerprint` + `nodeTopologyPodsFingerprintMethod`;
-//! - the deprecated `topologyPolicies` carries the equivalent single legacy value, which the
-//!   plugin reads first and the attributes then override.
+//! - no deprecated `topologyPolicies`: the plugin reads the attributes (and logs two lines
+//!   per Filter/Score and node for every object that still carries the old field).
 //!
 //! nodetopo's own attributes (prefix `nodetopo.io/`) say what the numbers mean: the CPU
 //! manager policy (with policy `none` nothing is pinned and `available` equals
@@ -37,6 +37,7 @@ use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::fingerprint::{self, PodFingerprint};
+use super::podset::{self, NodePod};
 use super::types::{
     AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, API_VERSION, KIND,
     ZONE_TYPE_L3_CACHE, ZONE_TYPE_NUMA_NODE,
@@ -156,9 +157,10 @@ pub struct NrtInput<'a> {
     /// The Memory Manager's tables per NUMA node when its policy is `Static`; `None` for
     /// policy `None` (sizes then come from the topology alone).
     pub memory: Option<&'a BTreeMap<usize, BTreeMap<MemoryResource, MemoryTable>>>,
-    /// The pods the fingerprint covers (`namespace`, `name`): pods holding exclusive
-    /// resources (method `with-exclusive-resources`).
-    pub fingerprint_pods: &'a [(String, String)],
+    /// Every pod bound to the node with its phase: the fingerprint covers those the
+    /// scheduler plugin counts for this object (see [`super::podset`]; method
+    /// `with-exclusive-resources`).
+    pub pods: &'a [NodePod<'a>],
     /// Where the allocations came from.
     pub source: AllocationSource,
     /// Device-plugin devices (empty when the kubelet's PodResources API is not read).
@@ -202,20 +204,6 @@ pub fn l3_zone_name(id: usize) -> String {
     format!("l3cache-{id}")
 }
 
-/// The deprecated `topologyPolicies` value for a policy and scope
-/// (noderesourcetopology-api's `TopologyManagerPolicy` constants).
-pub fn legacy_policy(policy: TmPolicy, scope: TmScope) -> &'static str {
-    match (policy, scope) {
-        (TmPolicy::None, _) => "None",
-        (TmPolicy::BestEffort, TmScope::Container) => "BestEffortContainerLevel",
-        (TmPolicy::BestEffort, TmScope::Pod) => "BestEffortPodLevel",
-        (TmPolicy::Restricted, TmScope::Container) => "RestrictedContainerLevel",
-        (TmPolicy::Restricted, TmScope::Pod) => "RestrictedPodLevel",
-        (TmPolicy::SingleNumaNode, TmScope::Container) => "SingleNUMANodeContainerLevel",
-        (TmPolicy::SingleNumaNode, TmScope::Pod) => "SingleNUMANodePodLevel",
-    }
-}
-
 fn cpu_resource(capacity: usize, allocatable: usize, available: usize) -> ResourceInfo {
     ResourceInfo {
         name: "cpu".into(),
@@ -251,8 +239,10 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
     check_memory_and_device_nodes(input, &node_ids)?;
     let mut zones = numa_zones(input, &node_ids, &countable);
     zones.extend(l3_zones(t, reserved, &countable));
-    let attributes = node_attributes(input, cpu_available_mode);
-    let tm = input.topology_manager;
+    // The plugin decides which pods are exclusive from the resources this object lists.
+    let listed = podset::resource_names(&zones);
+    let pods = podset::fingerprint_pods(input.pods, &listed);
+    let attributes = node_attributes(input, cpu_available_mode, &pods);
     let owner_references = input.node_uid.map(|uid| {
         vec![OwnerReference {
             api_version: "v1".into(),
@@ -270,7 +260,7 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
             owner_references,
             ..Default::default()
         },
-        topology_policies: vec![legacy_policy(tm.policy, tm.scope).to_string()],
+        topology_policies: Vec::new(),
         zones,
         attributes,
     })
@@ -373,15 +363,18 @@ fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> V
 /// The object's attributes: topology manager policy, scope and NUMA limit, the pod
 /// fingerprint and its method, CPU manager policy and options, how `available` counts CPUs,
 /// the Memory Manager policy and where the allocations came from.
-fn node_attributes(input: &NrtInput<'_>, cpu_available_mode: &str) -> Vec<AttributeInfo> {
+fn node_attributes(
+    input: &NrtInput<'_>,
+    cpu_available_mode: &str,
+    fingerprint_pods: &[(String, String)],
+) -> Vec<AttributeInfo> {
     let tm = input.topology_manager;
     let mut attributes = vec![
         AttributeInfo::new(ATTR_TM_POLICY, tm.policy.name()),
         AttributeInfo::new(ATTR_TM_SCOPE, tm.scope.name()),
         AttributeInfo::new(ATTR_TM_MAX_NUMA_NODES, tm.max_numa_nodes.to_string()),
     ];
-    let fp: PodFingerprint = input
-        .fingerprint_pods
+    let fp: PodFingerprint = fingerprint_pods
         .iter()
         .map(|(ns, name)| (ns.as_str(), name.as_str()))
         .collect();

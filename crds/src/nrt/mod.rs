@@ -3,11 +3,13 @@
 //!
 //! - [`types`]: the kind, field for field as the noderesourcetopology-api module has it;
 //! - [`build`]: the pure builder (topology + configuration + allocations -> object);
-//! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks.
+//! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks;
+//! - [`podset`]: which pods the scheduler plugin fingerprints (its rule).
 
 pub mod build;
 pub mod fingerprint;
 pub mod from_engine;
+pub mod podset;
 pub mod types;
 
 pub use build::{
@@ -15,6 +17,7 @@ pub use build::{
     TopologyManagerView,
 };
 pub use fingerprint::PodFingerprint;
+pub use podset::NodePod;
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 
 #[cfg(test)]
