@@ -204,7 +204,10 @@ fn check(
         .iter()
         .map(|(p, _)| (p.namespace.as_str(), p.name.as_str()))
         .collect();
-    assert!(held.is_subset(&offered), "{what}: pods holding CPUs were offered");
+    assert!(
+        held.is_subset(&offered),
+        "{what}: pods holding CPUs were offered"
+    );
     let fp: PodFingerprint = offered.into_iter().collect();
     let sign = obj
         .attribute(fingerprint::ATTRIBUTE)

@@ -37,6 +37,7 @@ use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::fingerprint::{self, PodFingerprint};
+use super::memory::MemoryTables;
 use super::podset::{self, NodePod};
 use super::types::{
     AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, API_VERSION, KIND,
@@ -57,9 +58,14 @@ pub const ATTR_CPU_MANAGER_OPTIONS: &str = "nodetopo.io/cpuManagerPolicyOptions"
 /// (full-pcpus-only: only CPUs of cores whose threads are all free) or `not-pinned`
 /// (policy none: nothing is exclusive, available = allocatable).
 pub const ATTR_CPU_AVAILABLE: &str = "nodetopo.io/cpuAvailable";
-/// Attribute: the Memory Manager policy whose accounting `memory`/`hugepages` follow
-/// (`None`: sizes from sysfs, nothing NUMA-pinned, available = allocatable).
+/// Attribute: the Memory Manager policy whose accounting `memory`/`hugepages` follow, as
+/// the kubelet reports it (`Static`: its tables; `None`: sizes from sysfs, nothing
+/// NUMA-pinned, available = allocatable; `Unknown`: no PodResources answer, sizes from
+/// sysfs).
 pub const ATTR_MEMORY_MANAGER_POLICY: &str = "nodetopo.io/memoryManagerPolicy";
+/// Attribute: where the reserved CPUs (and so `cpu.allocatable`) came from
+/// (`PodResources`: the kubelet's allocatable CPUs; `Spec`: nodetopo's spec).
+pub const ATTR_RESERVED_SOURCE: &str = "nodetopo.io/reservedCPUsSource";
 /// Attribute: where the exclusive allocations came from (`PodResources`, `Checkpoint`,
 /// `Agent`).
 pub const ATTR_ALLOCATION_SOURCE: &str = "nodetopo.io/allocationSource";
@@ -130,6 +136,27 @@ impl AllocationSource {
     }
 }
 
+/// Where the reserved CPUs (capacity minus allocatable) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservedSource {
+    /// The kubelet's PodResources `GetAllocatableResources`: reserved = online CPUs minus
+    /// the CPUs it may assign.
+    PodResources,
+    /// nodetopo's NodeTopology spec (`reservedSystemCPUs`, or the count taken like the
+    /// kubelet): where the kubelet does not say.
+    Spec,
+}
+
+impl ReservedSource {
+    /// The attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservedSource::PodResources => "PodResources",
+            ReservedSource::Spec => "Spec",
+        }
+    }
+}
+
 /// Device-plugin devices as the kubelet reports them (PodResources
 /// `GetAllocatableResources` and `List`), for per-NUMA device resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -139,6 +166,36 @@ pub struct DeviceInventory {
     pub allocatable: BTreeMap<String, BTreeMap<String, BTreeSet<usize>>>,
     /// Resource name -> device ids assigned to containers.
     pub assigned: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The Memory Manager as the kubelet reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryManagerView<'a> {
+    /// Not known (the kubelet's PodResources API was not read): sizes from the topology,
+    /// nothing counted as pinned, attribute `Unknown`.
+    Unknown,
+    /// Policy `None` (the kubelet reports no allocatable memory): nothing NUMA-pinned.
+    None,
+    /// Policy `Static`: its tables per NUMA node (see [`super::memory::memory_tables`]).
+    Static(&'a MemoryTables),
+}
+
+impl MemoryManagerView<'_> {
+    /// The attribute value.
+    pub fn policy_name(&self) -> &'static str {
+        match self {
+            MemoryManagerView::Unknown => "Unknown",
+            MemoryManagerView::None => "None",
+            MemoryManagerView::Static(_) => "Static",
+        }
+    }
+
+    fn tables(&self) -> Option<&MemoryTables> {
+        match self {
+            MemoryManagerView::Static(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// Everything the object is built from.
@@ -152,11 +209,13 @@ pub struct NrtInput<'a> {
     pub topology: &'a CpuTopology,
     /// CPU manager state.
     pub cpu: CpuAccounting,
+    /// Where `cpu`'s reserved set came from.
+    pub reserved_source: ReservedSource,
     /// Topology manager configuration.
     pub topology_manager: TopologyManagerView,
-    /// The Memory Manager's tables per NUMA node when its policy is `Static`; `None` for
-    /// policy `None` (sizes then come from the topology alone).
-    pub memory: Option<&'a BTreeMap<usize, BTreeMap<MemoryResource, MemoryTable>>>,
+    /// What is known of the Memory Manager: its tables per NUMA node under `Static`, policy
+    /// `None`, or nothing (no PodResources answer): sizes then come from the topology alone.
+    pub memory: MemoryManagerView<'a>,
     /// Every pod bound to the node with its phase: the fingerprint covers those the
     /// scheduler plugin counts for this object (see [`super::podset`]; method
     /// `with-exclusive-resources`).
@@ -303,7 +362,7 @@ fn countable_cpus(input: &NrtInput<'_>) -> Result<(CpuSet, &'static str), NrtErr
 
 /// Refuses memory tables and devices that name a NUMA node outside `node_ids`.
 fn check_memory_and_device_nodes(input: &NrtInput<'_>, node_ids: &[usize]) -> Result<(), NrtError> {
-    if let Some(mem) = input.memory {
+    if let Some(mem) = input.memory.tables() {
         for id in mem.keys() {
             if !node_ids.contains(id) {
                 return Err(NrtError::UnknownMemoryNode(*id));
@@ -346,7 +405,10 @@ fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> V
             n.cpus.difference(reserved).len(),
             n.cpus.intersection(countable).len(),
         )];
-        resources.extend(memory_resources(n, input.memory.and_then(|m| m.get(&n.id))));
+        resources.extend(memory_resources(
+            n,
+            input.memory.tables().and_then(|m| m.get(&n.id)),
+        ));
         resources.extend(device_resources(n.id, input.devices));
         zones.push(Zone {
             name: numa_zone_name(n.id),
@@ -397,15 +459,15 @@ fn node_attributes(
     attributes.push(AttributeInfo::new(ATTR_CPU_AVAILABLE, cpu_available_mode));
     attributes.push(AttributeInfo::new(
         ATTR_MEMORY_MANAGER_POLICY,
-        if input.memory.is_some() {
-            "Static"
-        } else {
-            "None"
-        },
+        input.memory.policy_name(),
     ));
     attributes.push(AttributeInfo::new(
         ATTR_ALLOCATION_SOURCE,
         input.source.as_str(),
+    ));
+    attributes.push(AttributeInfo::new(
+        ATTR_RESERVED_SOURCE,
+        input.reserved_source.as_str(),
     ));
     attributes
 }

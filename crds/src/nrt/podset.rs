@@ -61,8 +61,7 @@ pub fn resource_names(zones: &[Zone]) -> BTreeSet<String> {
 /// Whether one container's requests make it exclusive (`IsExclusiveForContainer`).
 fn container_exclusive(c: &Container, guaranteed: bool, listed: &BTreeSet<String>) -> bool {
     let r = &c.requests;
-    if r
-        .extended
+    if r.extended
         .keys()
         .any(|name| !is_native_resource(name) && listed.contains(name))
     {
@@ -157,44 +156,145 @@ mod tests {
             .into_iter()
             .map(String::from)
             .collect();
-        let mut sidecar = g("sidecar", with_extended(res(None, None), "example.com/nic", 1));
+        let mut sidecar = g(
+            "sidecar",
+            with_extended(res(None, None), "example.com/nic", 1),
+        );
         sidecar.restartable = true;
         let mut huge_only = res(Some(500), Some(GI));
         huge_only.hugepages = BTreeMap::from([(2 << 20, 4 << 20)]);
         let cases: Vec<(Pod, &str, bool, &str)> = vec![
-            (pod("g-int", vec![], vec![g("a", res(Some(2000), Some(GI)))]), "Running", true,
-             "Guaranteed, whole CPUs"),
-            (pod("g-frac", vec![], vec![g("a", res(Some(1500), Some(GI)))]), "Running", true,
-             "Guaranteed, 1500m: its memory counts (the golden shared-0)"),
-            (pod("g-pending", vec![], vec![g("a", res(Some(2000), Some(GI)))]), "Pending", false,
-             "Pending: the dedicated informer skips it"),
-            (pod("g-failed", vec![], vec![g("a", res(Some(2000), Some(GI)))]), "Failed", true,
-             "Failed (e.g. TopologyAffinityError): counted until deleted"),
-            (pod("g-succeeded", vec![], vec![g("a", res(Some(1000), Some(GI)))]), "Succeeded", true,
-             "Succeeded: counted until deleted"),
-            (pod("g-unknown", vec![], vec![g("a", res(Some(1000), Some(GI)))]), "Unknown", true,
-             "Unknown (deprecated) is not Pending"),
-            (pod("g-huge", vec![], vec![g("a", huge_only)]), "Running", true,
-             "Guaranteed with huge pages"),
-            (pod("burstable", vec![], vec![ctr("a", res(Some(2000), Some(GI)), res(None, None))]),
-             "Running", false, "Burstable, no listed device"),
-            (pod("besteffort", vec![], vec![ctr("a", res(None, None), res(None, None))]),
-             "Running", false, "BestEffort"),
-            (pod("be-nic", vec![],
-                 vec![ctr("a", with_extended(res(None, None), "example.com/nic", 1), res(None, None))]),
-             "Running", true, "BestEffort with a device the object lists"),
-            (pod("be-nic-zero", vec![],
-                 vec![ctr("a", with_extended(res(None, None), "example.com/nic", 0), res(None, None))]),
-             "Running", true, "the plugin checks the name only, not the amount"),
-            (pod("be-unlisted", vec![],
-                 vec![ctr("a", with_extended(res(None, None), "example.com/dongle", 1), res(None, None))]),
-             "Running", false, "a device the object does not list (no topology)"),
-            (pod("init-nic", vec![g("init", with_extended(res(None, None), "example.com/nic", 1))],
-                 vec![ctr("a", res(Some(100), None), res(None, None))]),
-             "Running", false, "a plain init container is not read"),
-            (pod("sidecar-nic", vec![sidecar],
-                 vec![ctr("a", res(Some(100), None), res(None, None))]),
-             "Running", true, "a restartable (sidecar) init container is read"),
+            (
+                pod("g-int", vec![], vec![g("a", res(Some(2000), Some(GI)))]),
+                "Running",
+                true,
+                "Guaranteed, whole CPUs",
+            ),
+            (
+                pod("g-frac", vec![], vec![g("a", res(Some(1500), Some(GI)))]),
+                "Running",
+                true,
+                "Guaranteed, 1500m: its memory counts (the golden shared-0)",
+            ),
+            (
+                pod("g-pending", vec![], vec![g("a", res(Some(2000), Some(GI)))]),
+                "Pending",
+                false,
+                "Pending: the dedicated informer skips it",
+            ),
+            (
+                pod("g-failed", vec![], vec![g("a", res(Some(2000), Some(GI)))]),
+                "Failed",
+                true,
+                "Failed (e.g. TopologyAffinityError): counted until deleted",
+            ),
+            (
+                pod(
+                    "g-succeeded",
+                    vec![],
+                    vec![g("a", res(Some(1000), Some(GI)))],
+                ),
+                "Succeeded",
+                true,
+                "Succeeded: counted until deleted",
+            ),
+            (
+                pod("g-unknown", vec![], vec![g("a", res(Some(1000), Some(GI)))]),
+                "Unknown",
+                true,
+                "Unknown (deprecated) is not Pending",
+            ),
+            (
+                pod("g-huge", vec![], vec![g("a", huge_only)]),
+                "Running",
+                true,
+                "Guaranteed with huge pages",
+            ),
+            (
+                pod(
+                    "burstable",
+                    vec![],
+                    vec![ctr("a", res(Some(2000), Some(GI)), res(None, None))],
+                ),
+                "Running",
+                false,
+                "Burstable, no listed device",
+            ),
+            (
+                pod(
+                    "besteffort",
+                    vec![],
+                    vec![ctr("a", res(None, None), res(None, None))],
+                ),
+                "Running",
+                false,
+                "BestEffort",
+            ),
+            (
+                pod(
+                    "be-nic",
+                    vec![],
+                    vec![ctr(
+                        "a",
+                        with_extended(res(None, None), "example.com/nic", 1),
+                        res(None, None),
+                    )],
+                ),
+                "Running",
+                true,
+                "BestEffort with a device the object lists",
+            ),
+            (
+                pod(
+                    "be-nic-zero",
+                    vec![],
+                    vec![ctr(
+                        "a",
+                        with_extended(res(None, None), "example.com/nic", 0),
+                        res(None, None),
+                    )],
+                ),
+                "Running",
+                true,
+                "the plugin checks the name only, not the amount",
+            ),
+            (
+                pod(
+                    "be-unlisted",
+                    vec![],
+                    vec![ctr(
+                        "a",
+                        with_extended(res(None, None), "example.com/dongle", 1),
+                        res(None, None),
+                    )],
+                ),
+                "Running",
+                false,
+                "a device the object does not list (no topology)",
+            ),
+            (
+                pod(
+                    "init-nic",
+                    vec![g(
+                        "init",
+                        with_extended(res(None, None), "example.com/nic", 1),
+                    )],
+                    vec![ctr("a", res(Some(100), None), res(None, None))],
+                ),
+                "Running",
+                false,
+                "a plain init container is not read",
+            ),
+            (
+                pod(
+                    "sidecar-nic",
+                    vec![sidecar],
+                    vec![ctr("a", res(Some(100), None), res(None, None))],
+                ),
+                "Running",
+                true,
+                "a restartable (sidecar) init container is read",
+            ),
         ];
         let mut counted = 0;
         for (p, phase, want, why) in &cases {

@@ -55,12 +55,13 @@ fn input<'a>(t: &'a CpuTopology, cpu: CpuAccounting, pods: &'a [NodePod<'a>]) ->
         node_uid: None,
         topology: t,
         cpu,
+        reserved_source: ReservedSource::Spec,
         topology_manager: TopologyManagerView {
             policy: TmPolicy::SingleNumaNode,
             scope: TmScope::Pod,
             max_numa_nodes: 8,
         },
-        memory: None,
+        memory: MemoryManagerView::None,
         pods,
         source: AllocationSource::PodResources,
         devices: &NO_DEVICES,
@@ -105,7 +106,10 @@ fn policy_none_says_so_and_predicts_nothing() {
     // No deprecated topologyPolicies (the plugin logs a notice for each object carrying it).
     assert!(o.topology_policies.is_empty());
     let json = serde_json::to_value(&o).expect("serialises");
-    assert!(json.get("topologyPolicies").is_none(), "left out of the JSON");
+    assert!(
+        json.get("topologyPolicies").is_none(),
+        "left out of the JSON"
+    );
     assert!(
         o.metadata.owner_references.is_none(),
         "no owner without a Node UID"
@@ -178,7 +182,7 @@ fn memory_and_hugepages_from_sysfs_or_memory_manager() {
         )]),
     );
     let mut i = input(&t, none.clone(), &[]);
-    i.memory = Some(&tables);
+    i.memory = MemoryManagerView::Static(&tables);
     let o = build(&i).expect("builds");
     let mem = o
         .zone("node-1")
@@ -197,7 +201,7 @@ fn memory_and_hugepages_from_sysfs_or_memory_manager() {
     let mut bad = BTreeMap::new();
     bad.insert(9usize, BTreeMap::new());
     let mut i = input(&t, none, &[]);
-    i.memory = Some(&bad);
+    i.memory = MemoryManagerView::Static(&bad);
     assert_eq!(build(&i), Err(NrtError::UnknownMemoryNode(9)));
 }
 

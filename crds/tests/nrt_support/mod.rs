@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nodetopo_crds::nrt::{
-    self, from_engine, AllocationSource, DeviceInventory, NodePod, NodeResourceTopology,
-    NrtInput,
+    self, from_engine, AllocationSource, DeviceInventory, MemoryManagerView, NodePod,
+    NodeResourceTopology, NrtInput, ReservedSource,
 };
 use nodetopo_engine::admission::{CpuManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
@@ -145,8 +145,9 @@ impl NodeState {
             node_uid: Some("00000000-0000-0000-0000-000000000001"),
             topology: self.admitter.topology(),
             cpu: from_engine::cpu_accounting(&self.config.cpu, &self.admitter.pools()),
+            reserved_source: ReservedSource::Spec,
             topology_manager: from_engine::topology_manager_view(&self.config),
-            memory: None,
+            memory: MemoryManagerView::Unknown,
             pods: &pods,
             source: AllocationSource::Agent,
             devices: &self.devices,
