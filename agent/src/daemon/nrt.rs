@@ -7,7 +7,13 @@
 //!   of NodeTopology status's `kubelet` (the same source: the kubelet's PodResources API,
 //!   `PodResources`, else its CPU manager checkpoint, `Checkpoint`), or, with neither, the
 //!   agent's own admissions (`Agent`); a kubelet running CPU manager policy `none` is
-//!   published as such (nothing pinned) whatever nodetopo's spec says.
+//!   published as such (nothing pinned) whatever nodetopo's spec says. With PodResources the
+//!   reserved CPUs are the kubelet's (online minus its allocatable CPUs) and the Memory
+//!   Manager's tables come from its allocatable memory and pinned blocks. The fingerprint
+//!   covers the scheduler plugin's pod set: every pod the agent watches on the node (specs
+//!   and phases from the API, as the plugin's informer has them), filtered by the plugin's
+//!   rule. A contradiction in these inputs is an [`NrtProblem::Build`], which the shell
+//!   publishes as a condition and an event.
 //! - [`writer`] applies it (server-side apply, field manager `nodetopo-agent`, not forced:
 //!   a conflict with another producer such as NFD's topology-updater is logged, never
 //!   overridden), with an owner reference to the Node, only when it differs from what was

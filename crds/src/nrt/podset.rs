@@ -87,6 +87,70 @@ pub fn exclusive_for_plugin(pod: &Pod, listed: &BTreeSet<String>) -> bool {
         .any(|c| container_exclusive(c, guaranteed, listed))
 }
 
+/// The plugin's rule applied to an API Pod as its informer holds it, field by field as the
+/// plugin reads them (`status.phase`, `status.qosClass`, `spec.nodeName`, the containers'
+/// `resources.requests`, init containers' `restartPolicy`): whether the plugin counts it in
+/// the fingerprint of a node whose object lists `listed`. An independent path from
+/// [`fingerprint_pods`] (which reads the engine's view of a pod), for checking a published
+/// object against the API. Errors name the pod and the field that cannot be read.
+pub fn api_pod_counted(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    listed: &BTreeSet<String>,
+) -> Result<bool, String> {
+    use nodetopo_engine::quantity::{parse_millis, parse_units};
+    let key = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(format!("pod {key}: no spec"));
+    };
+    if !phase_counted(phase) || spec.node_name.as_deref().unwrap_or_default().is_empty() {
+        return Ok(false);
+    }
+    let qos = status
+        .and_then(|s| s.qos_class.as_deref())
+        .ok_or_else(|| format!("pod {key}: no status.qosClass"))?;
+    let guaranteed = qos == "Guaranteed";
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    for c in sidecars.chain(spec.containers.iter()) {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        for (name, q) in requests.into_iter().flatten() {
+            let bad = |e: nodetopo_engine::quantity::QuantityError| {
+                format!("pod {key} container {}: request {name}: {e}", c.name)
+            };
+            if !is_native_resource(name) {
+                if listed.contains(name) {
+                    return Ok(true);
+                }
+                continue;
+            }
+            if !guaranteed {
+                continue;
+            }
+            let exclusive = if name == "cpu" {
+                let units = parse_units(&q.0).map_err(bad)?;
+                units > 0 && parse_millis(&q.0).map_err(bad)? == units.saturating_mul(1000)
+            } else if name == "memory" || name.starts_with("hugepages-") {
+                parse_units(&q.0).map_err(bad)? > 0
+            } else {
+                false
+            };
+            if exclusive {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// The pods (`namespace`, `name`) the plugin fingerprints on a node whose object lists the
 /// resources `listed`, sorted (a pod listed twice counts once: the informer holds one
 /// object per pod).
@@ -310,6 +374,55 @@ mod tests {
         assert_eq!(set.len(), counted);
         assert!(set.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
         println!("plugin rule: {} cases, {counted} counted", cases.len());
+    }
+
+    /// The same rule read from API Pods (the real-node check's path).
+    #[test]
+    fn the_plugins_rule_on_api_pods() {
+        let listed: BTreeSet<String> = ["cpu", "memory", "example.com/nic"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let api_pod = |phase: &str, qos: &str, requests: serde_json::Value, init: bool| {
+            let c = serde_json::json!({"name": "c", "resources": {"requests": requests}});
+            let mut spec = serde_json::json!({"nodeName": "n1", "containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "100m"}}}]});
+            if init {
+                spec["initContainers"] = serde_json::json!([c]);
+            } else {
+                spec["containers"] = serde_json::json!([c]);
+            }
+            let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "ns", "name": "p"},
+                "spec": spec,
+                "status": {"phase": phase, "qosClass": qos}
+            }))
+            .expect("pod");
+            api_pod_counted(&p, &listed).expect("readable")
+        };
+        let g = serde_json::json!({"cpu": "1500m", "memory": "1Gi"});
+        assert!(api_pod("Running", "Guaranteed", g.clone(), false), "shared-0's shape");
+        assert!(!api_pod("Pending", "Guaranteed", g.clone(), false));
+        assert!(api_pod("Failed", "Guaranteed", g.clone(), false));
+        assert!(!api_pod("Running", "Burstable", g, false));
+        let nic = serde_json::json!({"example.com/nic": "1"});
+        assert!(api_pod("Running", "BestEffort", nic.clone(), false));
+        assert!(!api_pod("Running", "BestEffort", nic, true), "plain init container");
+        let whole = serde_json::json!({"cpu": "2", "memory": "0"});
+        assert!(api_pod("Running", "Guaranteed", whole, false));
+        let frac_no_mem = serde_json::json!({"cpu": "2500m"});
+        assert!(!api_pod("Running", "Guaranteed", frac_no_mem, false));
+        let mut unbound: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "u"}, "spec": {"containers": []},
+                               "status": {"phase": "Running"}}),
+        )
+        .expect("pod");
+        assert_eq!(api_pod_counted(&unbound, &listed), Ok(false), "not bound");
+        unbound.spec.as_mut().expect("spec").node_name = Some("n1".into());
+        assert_eq!(
+            api_pod_counted(&unbound, &listed),
+            Err("pod /u: no status.qosClass".to_string())
+        );
     }
 
     #[test]
