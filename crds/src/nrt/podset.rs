@@ -17,6 +17,7 @@
 //!     lists in some zone, whatever the pod's QoS class and the amount requested, or,
 //!   - in a Guaranteed pod, a whole number of CPUs (> 0), or memory or huge pages (> 0),
 //!     so every Guaranteed pod counts (its memory request is always positive);
+//!
 //!   non-restartable init containers are not read (they finish before the pod runs).
 //!
 //! The plugin reads each pod's `status.qosClass`, which the API server sets from the spec
@@ -401,13 +402,19 @@ mod tests {
             api_pod_counted(&p, &listed).expect("readable")
         };
         let g = serde_json::json!({"cpu": "1500m", "memory": "1Gi"});
-        assert!(api_pod("Running", "Guaranteed", g.clone(), false), "shared-0's shape");
+        assert!(
+            api_pod("Running", "Guaranteed", g.clone(), false),
+            "shared-0's shape"
+        );
         assert!(!api_pod("Pending", "Guaranteed", g.clone(), false));
         assert!(api_pod("Failed", "Guaranteed", g.clone(), false));
         assert!(!api_pod("Running", "Burstable", g, false));
         let nic = serde_json::json!({"example.com/nic": "1"});
         assert!(api_pod("Running", "BestEffort", nic.clone(), false));
-        assert!(!api_pod("Running", "BestEffort", nic, true), "plain init container");
+        assert!(
+            !api_pod("Running", "BestEffort", nic, true),
+            "plain init container"
+        );
         let whole = serde_json::json!({"cpu": "2", "memory": "0"});
         assert!(api_pod("Running", "Guaranteed", whole, false));
         let frac_no_mem = serde_json::json!({"cpu": "2500m"});

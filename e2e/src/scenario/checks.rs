@@ -421,7 +421,10 @@ async fn plugin_fingerprint(
     let listed = podset::resource_names(&nrt.zones);
     let mut fp = PodFingerprint::new();
     for (ns, name) in pods {
-        let pod = match Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await {
+        let pod = match Api::<Pod>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+        {
             Ok(Some(p)) => p,
             Ok(None) => continue,
             Err(e) => return Err(format!("reading pod {ns}/{name}: {e}")),
