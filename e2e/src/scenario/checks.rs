@@ -288,6 +288,18 @@ impl<P: Provider> Scenario<'_, P> {
         Ok(())
     }
 
+    /// [`Self::check_nrt_fingerprint`] on every selected node (the shared-pool pods alone:
+    /// a Guaranteed pod without exclusive CPUs counts, as the plugin counts it).
+    pub(super) async fn check_nrt_fingerprints(&mut self, placement: &[NodePods]) -> Result<()> {
+        let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", "NodeResourceTopology");
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        for p in placement {
+            self.check_nrt_fingerprint(&api, &p.node).await?;
+        }
+        Ok(())
+    }
+
     /// The published `nodeTopologyPodsFingerprint` of `node` equals the one the scheduler
     /// plugin computes: over the pods the kubelet's PodResources `List` names, read from the
     /// API, by the plugin's rule (`api_pod_counted`), against the resources the object lists.
