@@ -29,9 +29,19 @@ pub const PODS_READABLE: &str = "PodsReadable";
 pub const APPLIED: &str = "Applied";
 /// NodeResourcePolicy: a rollout is under way.
 pub const PROGRESSING: &str = "Progressing";
+/// NodeTopology (agent with `--nrt`): whether the node's NodeResourceTopology object could be
+/// built from the node's state (reasons `Built`, `BuildFailed`); False means the object is
+/// not updated until the contradiction named in the message is gone.
+pub const NODE_RESOURCE_TOPOLOGY: &str = "NodeResourceTopology";
 
 /// Condition reasons (PascalCase), grouped by the condition they explain.
 pub mod reason {
+    // NodeResourceTopology (NodeTopology, agent with --nrt); BuildFailed is also the reason
+    // of the Warning event.
+    /// The object was built from the node's current state and handed to its writer.
+    pub const BUILT: &str = "Built";
+    /// The node's state contradicts itself or the machine; the object is not updated.
+    pub const BUILD_FAILED: &str = "NodeResourceTopologyBuildFailed";
     // Ready (NodeResourcePolicy).
     /// Ready False, Invalid True: the policy's spec is invalid.
     pub const INVALID_SPEC: &str = "InvalidSpec";

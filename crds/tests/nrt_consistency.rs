@@ -2,7 +2,8 @@
 //! machines, under random configurations, after every step of a random sequence of
 //! admissions and removals, each NUMA zone's `cpu` is checked against the status fields the
 //! agent publishes from the same state (`topology.numaNodes`, `pools`, `allocations`), and
-//! the fingerprint against the pods of `allocations`.
+//! the fingerprint against the scheduler plugin's pod set (every Guaranteed pod on the node,
+//! the refused ones included, as the plugin's informer keeps a failed pod until deleted).
 //!
 //! `NODETOPO_NRT_STEPS` sets the steps per run (default 300); the seed is fixed and printed.
 
@@ -190,19 +191,31 @@ fn check(
         obj.attribute("topologyManagerScope"),
         Some(config.tm_scope.name())
     );
-    let pods: BTreeSet<(&str, &str)> = state
+    // The scheduler plugin's set: every pod offered and not deleted is Guaranteed (these
+    // pods ask 1 GiB of memory), Running when admitted, Failed when refused: all count,
+    // those holding exclusive CPUs and the others alike.
+    let held: BTreeSet<(&str, &str)> = state
         .allocations
         .iter()
         .map(|a| a.pod.split_once('/').expect("namespace/name"))
         .collect();
-    let fp: PodFingerprint = pods.into_iter().collect();
+    let offered: BTreeSet<(&str, &str)> = state
+        .pods
+        .iter()
+        .map(|(p, _)| (p.namespace.as_str(), p.name.as_str()))
+        .collect();
+    assert!(
+        held.is_subset(&offered),
+        "{what}: pods holding CPUs were offered"
+    );
+    let fp: PodFingerprint = offered.into_iter().collect();
     let sign = obj
         .attribute(fingerprint::ATTRIBUTE)
         .expect("fingerprint attribute");
     assert_eq!(
         fp.check(sign),
         Ok(()),
-        "{what}: fingerprint covers the allocations' pods"
+        "{what}: fingerprint covers every Guaranteed pod, refused ones included"
     );
     assert_eq!(
         obj.attribute(fingerprint::ATTRIBUTE_METHOD),

@@ -16,6 +16,7 @@ mod nrt_support;
 
 use std::path::{Path, PathBuf};
 
+use nodetopo_crds::nrt::fingerprint::{self, PodFingerprint};
 use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
@@ -173,6 +174,22 @@ fn golden_objects_for_three_machines() {
         }
         let after = c.state.nrt(c.machine);
         check_golden(&format!("{}.after", c.machine), &after);
+        if c.machine == "amd-ryzen5-1600" {
+            // Issue 27's example: the scheduler plugin hashes every Guaranteed pod, so the
+            // shared-pool pod shared-0 (1500m, 1 GiB) counts beside enc-0 and game-0.
+            let plugin: PodFingerprint = [
+                ("default", "enc-0"),
+                ("default", "game-0"),
+                ("default", "shared-0"),
+            ]
+            .into_iter()
+            .collect();
+            assert_eq!(plugin.sign(), "pfp0v001b10092ea59d7b114");
+            assert_eq!(
+                after.attribute(fingerprint::ATTRIBUTE),
+                Some("pfp0v001b10092ea59d7b114")
+            );
+        }
         assert_ne!(before, after, "{}: admissions changed nothing", c.machine);
         objects += 2;
     }

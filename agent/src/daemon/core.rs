@@ -69,6 +69,9 @@ pub struct PodInfo {
     pub created: Option<Time>,
     /// Phase Succeeded or Failed: its CPUs are released.
     pub terminal: bool,
+    /// `status.phase` as the API shows it (empty when unset): the scheduler plugin's pod
+    /// set (NodeResourceTopology fingerprint) counts every phase but `Pending`.
+    pub phase: String,
 }
 
 impl PodInfo {
@@ -95,6 +98,7 @@ impl PodInfo {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         Ok(Self {
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            phase: phase.unwrap_or_default().to_string(),
             pod,
             created,
         })
@@ -181,6 +185,8 @@ pub enum Event {
     PodProblems(Vec<String>),
     /// Actuation: the verdict of an apply (or why none ran), replacing the previous one.
     Actuation(Box<Outcome>),
+    /// NodeResourceTopology (`--nrt`): whether the last object could be built, or why not.
+    NrtBuilt(Result<(), String>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -221,6 +227,9 @@ pub struct Core {
     pod_problems: Vec<String>,
     /// The last actuation verdict (published as `Applied` and `status.change`).
     actuation: Option<Outcome>,
+    /// Whether the NodeResourceTopology object could be built (`--nrt` only; published as
+    /// the `NodeResourceTopology` condition).
+    nrt_built: Option<Result<(), String>>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -278,6 +287,7 @@ impl Core {
             podresources: Ok(None),
             pod_problems: Vec::new(),
             actuation: None,
+            nrt_built: None,
             tally: Tally::default(),
         }
     }
@@ -326,6 +336,7 @@ impl Core {
             }
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
+            Event::NrtBuilt(b) => self.nrt_built = Some(b),
             Event::Actuation(a) => {
                 let mut a = *a;
                 // A restart's True verdict names the agreement its verify step confirmed on
@@ -546,6 +557,23 @@ impl Core {
         if let Some(a) = &self.actuation {
             conditions::upsert(&mut conds, &a.condition, Some(a.generation), now);
         }
+        if let Some(built) = &self.nrt_built {
+            let c = match built {
+                Ok(()) => ConditionSpec::new(
+                    conditions::NODE_RESOURCE_TOPOLOGY,
+                    true,
+                    reason::BUILT,
+                    "the NodeResourceTopology object follows the node's state",
+                ),
+                Err(m) => ConditionSpec::new(
+                    conditions::NODE_RESOURCE_TOPOLOGY,
+                    false,
+                    reason::BUILD_FAILED,
+                    format!("{m}; the NodeResourceTopology object is not updated until this is resolved"),
+                ),
+            };
+            conditions::upsert(&mut conds, &c, self.generation, now);
+        }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -760,6 +788,17 @@ impl Core {
     /// The CPU pools, when a configuration is in effect.
     pub fn pools(&self) -> Option<nodetopo_engine::admission::Pools> {
         self.admitter.as_ref().map(|a| a.pools())
+    }
+
+    /// Whether the last NodeResourceTopology object could be built (`None` before the first
+    /// report, and always without `--nrt`).
+    pub fn nrt_built(&self) -> Option<&Result<(), String>> {
+        self.nrt_built.as_ref()
+    }
+
+    /// Every pod bound to the node that the core tracks (by UID, any phase).
+    pub fn pods(&self) -> impl Iterator<Item = &PodInfo> {
+        self.pods.values()
     }
 
     /// Every published allocation record (unordered).

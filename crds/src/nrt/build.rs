@@ -17,8 +17,8 @@
 //! - node attributes `topologyManagerPolicy`, `topologyManagerScope`,
 //!   `topologyManagerMaxNUMANodes` with the kubelet's names and the values the plugin
 //!   accepts, and `nodeTopologyPodsFingerprint` + `nodeTopologyPodsFingerprintMethod`;
-//! - the deprecated `topologyPolicies` carries the equivalent single legacy value, which the
-//!   plugin reads first and the attributes then override.
+//! - no deprecated `topologyPolicies`: the plugin reads the attributes (and logs two lines
+//!   per Filter/Score and node for every object that still carries the old field).
 //!
 //! nodetopo's own attributes (prefix `nodetopo.io/`) say what the numbers mean: the CPU
 //! manager policy (with policy `none` nothing is pinned and `available` equals
@@ -37,6 +37,8 @@ use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::fingerprint::{self, PodFingerprint};
+use super::memory::MemoryTables;
+use super::podset::{self, NodePod};
 use super::types::{
     AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, API_VERSION, KIND,
     ZONE_TYPE_L3_CACHE, ZONE_TYPE_NUMA_NODE,
@@ -56,9 +58,14 @@ pub const ATTR_CPU_MANAGER_OPTIONS: &str = "nodetopo.io/cpuManagerPolicyOptions"
 /// (full-pcpus-only: only CPUs of cores whose threads are all free) or `not-pinned`
 /// (policy none: nothing is exclusive, available = allocatable).
 pub const ATTR_CPU_AVAILABLE: &str = "nodetopo.io/cpuAvailable";
-/// Attribute: the Memory Manager policy whose accounting `memory`/`hugepages` follow
-/// (`None`: sizes from sysfs, nothing NUMA-pinned, available = allocatable).
+/// Attribute: the Memory Manager policy whose accounting `memory`/`hugepages` follow, as
+/// the kubelet reports it (`Static`: its tables; `None`: sizes from sysfs, nothing
+/// NUMA-pinned, available = allocatable; `Unknown`: no PodResources answer, sizes from
+/// sysfs).
 pub const ATTR_MEMORY_MANAGER_POLICY: &str = "nodetopo.io/memoryManagerPolicy";
+/// Attribute: where the reserved CPUs (and so `cpu.allocatable`) came from
+/// (`PodResources`: the kubelet's allocatable CPUs; `Spec`: nodetopo's spec).
+pub const ATTR_RESERVED_SOURCE: &str = "nodetopo.io/reservedCPUsSource";
 /// Attribute: where the exclusive allocations came from (`PodResources`, `Checkpoint`,
 /// `Agent`).
 pub const ATTR_ALLOCATION_SOURCE: &str = "nodetopo.io/allocationSource";
@@ -129,6 +136,27 @@ impl AllocationSource {
     }
 }
 
+/// Where the reserved CPUs (capacity minus allocatable) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservedSource {
+    /// The kubelet's PodResources `GetAllocatableResources`: reserved = online CPUs minus
+    /// the CPUs it may assign.
+    PodResources,
+    /// nodetopo's NodeTopology spec (`reservedSystemCPUs`, or the count taken like the
+    /// kubelet): where the kubelet does not say.
+    Spec,
+}
+
+impl ReservedSource {
+    /// The attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservedSource::PodResources => "PodResources",
+            ReservedSource::Spec => "Spec",
+        }
+    }
+}
+
 /// Device-plugin devices as the kubelet reports them (PodResources
 /// `GetAllocatableResources` and `List`), for per-NUMA device resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -138,6 +166,36 @@ pub struct DeviceInventory {
     pub allocatable: BTreeMap<String, BTreeMap<String, BTreeSet<usize>>>,
     /// Resource name -> device ids assigned to containers.
     pub assigned: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The Memory Manager as the kubelet reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryManagerView<'a> {
+    /// Not known (the kubelet's PodResources API was not read): sizes from the topology,
+    /// nothing counted as pinned, attribute `Unknown`.
+    Unknown,
+    /// Policy `None` (the kubelet reports no allocatable memory): nothing NUMA-pinned.
+    None,
+    /// Policy `Static`: its tables per NUMA node (see [`super::memory::memory_tables`]).
+    Static(&'a MemoryTables),
+}
+
+impl MemoryManagerView<'_> {
+    /// The attribute value.
+    pub fn policy_name(&self) -> &'static str {
+        match self {
+            MemoryManagerView::Unknown => "Unknown",
+            MemoryManagerView::None => "None",
+            MemoryManagerView::Static(_) => "Static",
+        }
+    }
+
+    fn tables(&self) -> Option<&MemoryTables> {
+        match self {
+            MemoryManagerView::Static(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// Everything the object is built from.
@@ -151,14 +209,17 @@ pub struct NrtInput<'a> {
     pub topology: &'a CpuTopology,
     /// CPU manager state.
     pub cpu: CpuAccounting,
+    /// Where `cpu`'s reserved set came from.
+    pub reserved_source: ReservedSource,
     /// Topology manager configuration.
     pub topology_manager: TopologyManagerView,
-    /// The Memory Manager's tables per NUMA node when its policy is `Static`; `None` for
-    /// policy `None` (sizes then come from the topology alone).
-    pub memory: Option<&'a BTreeMap<usize, BTreeMap<MemoryResource, MemoryTable>>>,
-    /// The pods the fingerprint covers (`namespace`, `name`): pods holding exclusive
-    /// resources (method `with-exclusive-resources`).
-    pub fingerprint_pods: &'a [(String, String)],
+    /// What is known of the Memory Manager: its tables per NUMA node under `Static`, policy
+    /// `None`, or nothing (no PodResources answer): sizes then come from the topology alone.
+    pub memory: MemoryManagerView<'a>,
+    /// Every pod bound to the node with its phase: the fingerprint covers those the
+    /// scheduler plugin counts for this object (see [`super::podset`]; method
+    /// `with-exclusive-resources`).
+    pub pods: &'a [NodePod<'a>],
     /// Where the allocations came from.
     pub source: AllocationSource,
     /// Device-plugin devices (empty when the kubelet's PodResources API is not read).
@@ -202,20 +263,6 @@ pub fn l3_zone_name(id: usize) -> String {
     format!("l3cache-{id}")
 }
 
-/// The deprecated `topologyPolicies` value for a policy and scope
-/// (noderesourcetopology-api's `TopologyManagerPolicy` constants).
-pub fn legacy_policy(policy: TmPolicy, scope: TmScope) -> &'static str {
-    match (policy, scope) {
-        (TmPolicy::None, _) => "None",
-        (TmPolicy::BestEffort, TmScope::Container) => "BestEffortContainerLevel",
-        (TmPolicy::BestEffort, TmScope::Pod) => "BestEffortPodLevel",
-        (TmPolicy::Restricted, TmScope::Container) => "RestrictedContainerLevel",
-        (TmPolicy::Restricted, TmScope::Pod) => "RestrictedPodLevel",
-        (TmPolicy::SingleNumaNode, TmScope::Container) => "SingleNUMANodeContainerLevel",
-        (TmPolicy::SingleNumaNode, TmScope::Pod) => "SingleNUMANodePodLevel",
-    }
-}
-
 fn cpu_resource(capacity: usize, allocatable: usize, available: usize) -> ResourceInfo {
     ResourceInfo {
         name: "cpu".into(),
@@ -251,8 +298,10 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
     check_memory_and_device_nodes(input, &node_ids)?;
     let mut zones = numa_zones(input, &node_ids, &countable);
     zones.extend(l3_zones(t, reserved, &countable));
-    let attributes = node_attributes(input, cpu_available_mode);
-    let tm = input.topology_manager;
+    // The plugin decides which pods are exclusive from the resources this object lists.
+    let listed = podset::resource_names(&zones);
+    let pods = podset::fingerprint_pods(input.pods, &listed);
+    let attributes = node_attributes(input, cpu_available_mode, &pods);
     let owner_references = input.node_uid.map(|uid| {
         vec![OwnerReference {
             api_version: "v1".into(),
@@ -270,7 +319,7 @@ pub fn build(input: &NrtInput<'_>) -> Result<NodeResourceTopology, NrtError> {
             owner_references,
             ..Default::default()
         },
-        topology_policies: vec![legacy_policy(tm.policy, tm.scope).to_string()],
+        topology_policies: Vec::new(),
         zones,
         attributes,
     })
@@ -313,7 +362,7 @@ fn countable_cpus(input: &NrtInput<'_>) -> Result<(CpuSet, &'static str), NrtErr
 
 /// Refuses memory tables and devices that name a NUMA node outside `node_ids`.
 fn check_memory_and_device_nodes(input: &NrtInput<'_>, node_ids: &[usize]) -> Result<(), NrtError> {
-    if let Some(mem) = input.memory {
+    if let Some(mem) = input.memory.tables() {
         for id in mem.keys() {
             if !node_ids.contains(id) {
                 return Err(NrtError::UnknownMemoryNode(*id));
@@ -356,7 +405,10 @@ fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> V
             n.cpus.difference(reserved).len(),
             n.cpus.intersection(countable).len(),
         )];
-        resources.extend(memory_resources(n, input.memory.and_then(|m| m.get(&n.id))));
+        resources.extend(memory_resources(
+            n,
+            input.memory.tables().and_then(|m| m.get(&n.id)),
+        ));
         resources.extend(device_resources(n.id, input.devices));
         zones.push(Zone {
             name: numa_zone_name(n.id),
@@ -373,15 +425,18 @@ fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> V
 /// The object's attributes: topology manager policy, scope and NUMA limit, the pod
 /// fingerprint and its method, CPU manager policy and options, how `available` counts CPUs,
 /// the Memory Manager policy and where the allocations came from.
-fn node_attributes(input: &NrtInput<'_>, cpu_available_mode: &str) -> Vec<AttributeInfo> {
+fn node_attributes(
+    input: &NrtInput<'_>,
+    cpu_available_mode: &str,
+    fingerprint_pods: &[(String, String)],
+) -> Vec<AttributeInfo> {
     let tm = input.topology_manager;
     let mut attributes = vec![
         AttributeInfo::new(ATTR_TM_POLICY, tm.policy.name()),
         AttributeInfo::new(ATTR_TM_SCOPE, tm.scope.name()),
         AttributeInfo::new(ATTR_TM_MAX_NUMA_NODES, tm.max_numa_nodes.to_string()),
     ];
-    let fp: PodFingerprint = input
-        .fingerprint_pods
+    let fp: PodFingerprint = fingerprint_pods
         .iter()
         .map(|(ns, name)| (ns.as_str(), name.as_str()))
         .collect();
@@ -404,15 +459,15 @@ fn node_attributes(input: &NrtInput<'_>, cpu_available_mode: &str) -> Vec<Attrib
     attributes.push(AttributeInfo::new(ATTR_CPU_AVAILABLE, cpu_available_mode));
     attributes.push(AttributeInfo::new(
         ATTR_MEMORY_MANAGER_POLICY,
-        if input.memory.is_some() {
-            "Static"
-        } else {
-            "None"
-        },
+        input.memory.policy_name(),
     ));
     attributes.push(AttributeInfo::new(
         ATTR_ALLOCATION_SOURCE,
         input.source.as_str(),
+    ));
+    attributes.push(AttributeInfo::new(
+        ATTR_RESERVED_SOURCE,
+        input.reserved_source.as_str(),
     ));
     attributes
 }

@@ -3,18 +3,23 @@
 //!
 //! - [`types`]: the kind, field for field as the noderesourcetopology-api module has it;
 //! - [`build`]: the pure builder (topology + configuration + allocations -> object);
-//! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks.
+//! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks;
+//! - [`memory`]: the Static Memory Manager's tables from the kubelet's report;
+//! - [`podset`]: which pods the scheduler plugin fingerprints (its rule).
 
 pub mod build;
 pub mod fingerprint;
 pub mod from_engine;
+pub mod memory;
+pub mod podset;
 pub mod types;
 
 pub use build::{
-    build, AllocationSource, CpuAccounting, DeviceInventory, NrtError, NrtInput,
-    TopologyManagerView,
+    build, AllocationSource, CpuAccounting, DeviceInventory, MemoryManagerView, NrtError, NrtInput,
+    ReservedSource, TopologyManagerView,
 };
 pub use fingerprint::PodFingerprint;
+pub use podset::NodePod;
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 
 #[cfg(test)]

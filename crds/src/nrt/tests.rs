@@ -9,6 +9,7 @@ use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::build::*;
+use super::podset::NodePod;
 
 const GI: u64 = 1 << 30;
 
@@ -48,19 +49,20 @@ fn machine() -> CpuTopology {
     CpuTopology::with_derived_counts(cpus, nodes, caches).expect("valid machine")
 }
 
-fn input<'a>(t: &'a CpuTopology, cpu: CpuAccounting, pods: &'a [(String, String)]) -> NrtInput<'a> {
+fn input<'a>(t: &'a CpuTopology, cpu: CpuAccounting, pods: &'a [NodePod<'a>]) -> NrtInput<'a> {
     NrtInput {
         node_name: "n1",
         node_uid: None,
         topology: t,
         cpu,
+        reserved_source: ReservedSource::Spec,
         topology_manager: TopologyManagerView {
             policy: TmPolicy::SingleNumaNode,
             scope: TmScope::Pod,
             max_numa_nodes: 8,
         },
-        memory: None,
-        fingerprint_pods: pods,
+        memory: MemoryManagerView::None,
+        pods,
         source: AllocationSource::PodResources,
         devices: &NO_DEVICES,
     }
@@ -101,9 +103,12 @@ fn policy_none_says_so_and_predicts_nothing() {
     assert_eq!(o.attribute(ATTR_CPU_AVAILABLE), Some("not-pinned"));
     assert_eq!(o.attribute(ATTR_CPU_MANAGER_OPTIONS), None);
     assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("PodResources"));
-    assert_eq!(
-        o.topology_policies,
-        vec!["SingleNUMANodePodLevel".to_string()]
+    // No deprecated topologyPolicies (the plugin logs a notice for each object carrying it).
+    assert!(o.topology_policies.is_empty());
+    let json = serde_json::to_value(&o).expect("serialises");
+    assert!(
+        json.get("topologyPolicies").is_none(),
+        "left out of the JSON"
     );
     assert!(
         o.metadata.owner_references.is_none(),
@@ -177,7 +182,7 @@ fn memory_and_hugepages_from_sysfs_or_memory_manager() {
         )]),
     );
     let mut i = input(&t, none.clone(), &[]);
-    i.memory = Some(&tables);
+    i.memory = MemoryManagerView::Static(&tables);
     let o = build(&i).expect("builds");
     let mem = o
         .zone("node-1")
@@ -196,7 +201,7 @@ fn memory_and_hugepages_from_sysfs_or_memory_manager() {
     let mut bad = BTreeMap::new();
     bad.insert(9usize, BTreeMap::new());
     let mut i = input(&t, none, &[]);
-    i.memory = Some(&bad);
+    i.memory = MemoryManagerView::Static(&bad);
     assert_eq!(build(&i), Err(NrtError::UnknownMemoryNode(9)));
 }
 
@@ -227,27 +232,6 @@ fn contradictory_inputs_are_refused_naming_the_cpus() {
     assert_eq!(
         bad(&[0, 1], &[1, 2]),
         "CPUs 1 are both reserved and exclusively assigned"
-    );
-}
-
-#[test]
-fn legacy_policy_names() {
-    let all: Vec<&str> = TmPolicy::ALL
-        .iter()
-        .flat_map(|p| [TmScope::Container, TmScope::Pod].map(|s| legacy_policy(*p, s)))
-        .collect();
-    assert_eq!(
-        all,
-        [
-            "None",
-            "None",
-            "BestEffortContainerLevel",
-            "BestEffortPodLevel",
-            "RestrictedContainerLevel",
-            "RestrictedPodLevel",
-            "SingleNUMANodeContainerLevel",
-            "SingleNUMANodePodLevel"
-        ]
     );
 }
 

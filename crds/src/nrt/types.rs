@@ -38,9 +38,10 @@ pub struct NodeResourceTopology {
     /// Object metadata (name = node name, owner reference to the Node).
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// Deprecated in v1alpha2 (the API says: use the top-level attributes), still read by
-    /// the scheduler plugin before the attributes, which override it; one entry.
-    #[serde(default)]
+    /// Deprecated in v1alpha2 (the API says: use the top-level attributes). nodetopo leaves
+    /// it empty and out of the JSON, as RTE does: the plugin reads the attributes, and logs
+    /// a deprecation notice on every read of an object that carries it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology_policies: Vec<String>,
     /// Zones: one per NUMA node (`node-<id>`, type `Node`), then L3 caches where written.
     #[serde(default)]

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nodetopo_crds::nrt::{
-    self, from_engine, AllocationSource, DeviceInventory, NodeResourceTopology, NrtInput,
+    self, from_engine, AllocationSource, DeviceInventory, MemoryManagerView, NodePod,
+    NodeResourceTopology, NrtInput, ReservedSource,
 };
 use nodetopo_engine::admission::{CpuManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
@@ -93,6 +94,9 @@ pub struct NodeState {
     pub admitter: NodeAdmitter,
     pub allocations: Vec<AllocationReport>,
     pub rejected: usize,
+    /// Every pod offered, with the phase the kubelet gives it: `Running` when admitted,
+    /// `Failed` when refused (the kubelet fails a pod it cannot admit).
+    pub pods: Vec<(Pod, &'static str)>,
     /// Device-plugin devices, as PodResources would report them.
     pub devices: DeviceInventory,
 }
@@ -105,6 +109,7 @@ impl NodeState {
             admitter,
             allocations: Vec::new(),
             rejected: 0,
+            pods: Vec::new(),
             devices: DeviceInventory::default(),
         }
     }
@@ -113,9 +118,11 @@ impl NodeState {
         let out = self.admitter.admit(p);
         if out.admitted() {
             self.allocations.extend(out.allocations);
+            self.pods.push((p.clone(), "Running"));
             true
         } else {
             self.rejected += 1;
+            self.pods.push((p.clone(), "Failed"));
             false
         }
     }
@@ -123,19 +130,25 @@ impl NodeState {
     pub fn remove(&mut self, uid: &str) {
         self.admitter.remove_pod(uid);
         self.allocations.retain(|a| a.pod_uid != uid);
+        self.pods.retain(|(p, _)| p.uid != uid);
     }
 
     /// The object, built the way the agent builds it.
     pub fn nrt(&self, node: &str) -> NodeResourceTopology {
-        let pods = from_engine::fingerprint_pods(&self.allocations);
+        let pods: Vec<NodePod<'_>> = self
+            .pods
+            .iter()
+            .map(|(pod, phase)| NodePod { pod, phase })
+            .collect();
         let input = NrtInput {
             node_name: node,
             node_uid: Some("00000000-0000-0000-0000-000000000001"),
             topology: self.admitter.topology(),
             cpu: from_engine::cpu_accounting(&self.config.cpu, &self.admitter.pools()),
+            reserved_source: ReservedSource::Spec,
             topology_manager: from_engine::topology_manager_view(&self.config),
-            memory: None,
-            fingerprint_pods: &pods,
+            memory: MemoryManagerView::Unknown,
+            pods: &pods,
             source: AllocationSource::Agent,
             devices: &self.devices,
         };

@@ -283,7 +283,64 @@ impl<P: Provider> Scenario<'_, P> {
             step(&format!(
                 "   {node}: NodeResourceTopology zones count {taken} exclusive CPU(s) taken"
             ));
+            self.check_nrt_fingerprint(&api, &node).await?;
         }
+        Ok(())
+    }
+
+    /// [`Self::check_nrt_fingerprint`] on every selected node (the shared-pool pods alone:
+    /// a Guaranteed pod without exclusive CPUs counts, as the plugin counts it).
+    pub(super) async fn check_nrt_fingerprints(&mut self, placement: &[NodePods]) -> Result<()> {
+        let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", "NodeResourceTopology");
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        for p in placement {
+            self.check_nrt_fingerprint(&api, &p.node).await?;
+        }
+        Ok(())
+    }
+
+    /// The published `nodeTopologyPodsFingerprint` of `node` equals the one the scheduler
+    /// plugin computes: over the pods the kubelet's PodResources `List` names, read from the
+    /// API, by the plugin's rule (`api_pod_counted`), against the resources the object lists.
+    /// Polled: the agent publishes within its debounce and kubelet tick.
+    async fn check_nrt_fingerprint(&mut self, api: &Api<DynamicObject>, node: &str) -> Result<()> {
+        let Some(records) = self.provider.kubelet_records(node).await? else {
+            return Ok(());
+        };
+        let listed_pods: BTreeSet<(String, String)> = records
+            .pod_resources
+            .keys()
+            .filter_map(|(key, _)| key.split_once('/'))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()))
+            .collect();
+        let client = self.client.clone();
+        let (count, sign) = poll_until(
+            &format!(
+                "NodeResourceTopology {node}: fingerprint = the plugin's over the {} pod(s) of PodResources List",
+                listed_pods.len()
+            ),
+            self.settings.timeout,
+            Duration::from_millis(500),
+            || {
+                let (api, client, listed_pods) = (api.clone(), client.clone(), listed_pods.clone());
+                async move {
+                    match plugin_fingerprint(&api, &client, node, &listed_pods).await {
+                        Ok((published, want, n)) if published == want => Progress::Done((n, want)),
+                        Ok((published, want, n)) => Progress::Pending(format!(
+                            "published {published}, the plugin's rule over {n} counted pod(s) gives {want}"
+                        )),
+                        Err(e) => Progress::Failed(e),
+                    }
+                }
+            },
+        )
+        .await?;
+        self.checks += 1;
+        step(&format!(
+            "   {node}: nodeTopologyPodsFingerprint {sign} = the plugin's rule over {count} of the {} pod(s) PodResources lists",
+            listed_pods.len()
+        ));
         Ok(())
     }
 
@@ -350,6 +407,45 @@ impl<P: Provider> Scenario<'_, P> {
         .await?;
         Ok(())
     }
+}
+
+/// The published fingerprint of `node`'s object, the one the plugin's rule gives over
+/// `pods` (read from the API) against the resources the object lists, and how many pods
+/// the rule counted. A pod PodResources lists but the API no longer has is left out (the
+/// plugin's informer has dropped it too).
+async fn plugin_fingerprint(
+    api: &Api<DynamicObject>,
+    client: &Client,
+    node: &str,
+    pods: &BTreeSet<(String, String)>,
+) -> Result<(String, String, usize), String> {
+    use nodetopo_crds::nrt::fingerprint::{PodFingerprint, ATTRIBUTE};
+    use nodetopo_crds::nrt::{podset, NodeResourceTopology};
+    let obj = match api.get_opt(node).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return Ok((String::new(), "an object".into(), 0)),
+        Err(e) => return Err(format!("reading NodeResourceTopology {node}: {e}")),
+    };
+    let nrt: NodeResourceTopology = serde_json::to_value(&obj)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("NodeResourceTopology {node}: {e}"))?;
+    let published = nrt.attribute(ATTRIBUTE).unwrap_or_default().to_string();
+    let listed = podset::resource_names(&nrt.zones);
+    let mut fp = PodFingerprint::new();
+    for (ns, name) in pods {
+        let pod = match Api::<Pod>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(e) => return Err(format!("reading pod {ns}/{name}: {e}")),
+        };
+        if podset::api_pod_counted(&pod, &listed)? {
+            fp.add(ns, name);
+        }
+    }
+    Ok((published, fp.sign(), fp.len()))
 }
 
 /// Sum over the Node zones of `cpu` allocatable minus available: the CPUs a

@@ -404,6 +404,9 @@ impl<'a, P: Provider> Scenario<'a, P> {
         })
         .await?;
         self.check_containers(&placement, &placed, false).await?;
+        if self.provider.nrt() {
+            self.check_nrt_fingerprints(&placement).await?;
+        }
         for &i in &late {
             let name = placement[i].fractional.name.clone();
             self.pods

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use nodetopo_crds::nrt::memory::MemoryBlock;
 use nodetopo_crds::nrt::DeviceInventory;
 use nodetopo_engine::CpuSet;
 use tonic::transport::{Endpoint, Uri};
@@ -118,6 +119,9 @@ pub struct KubeletView {
     pub containers: Vec<ContainerCpus>,
     /// Pinned memory blocks, in the kubelet's order.
     pub memory: Vec<ContainerMemory>,
+    /// Memory the Memory Manager may pin, per NUMA node and type (`GetAllocatableResources`;
+    /// empty under its policy `None`).
+    pub allocatable_memory: Vec<MemoryBlock>,
     /// Device-plugin devices: the allocatable ones with their NUMA nodes, and the ones
     /// assigned to containers.
     pub devices: DeviceInventory,
@@ -202,6 +206,18 @@ pub fn view(
 ) -> Result<KubeletView, PodResourcesError> {
     let allocatable_cpus = cpu_set(&allocatable.cpu_ids, || "allocatable".to_string())?;
     let devices = devices(list, allocatable)?;
+    let mut allocatable_memory = Vec::new();
+    for m in &allocatable.memory {
+        let numa_nodes = numa_ids(m.topology.as_ref(), || {
+            format!("allocatable {} ({} bytes)", m.memory_type, m.size)
+        })?;
+        allocatable_memory.push(MemoryBlock {
+            owner: "allocatable".into(),
+            resource: m.memory_type.clone(),
+            size: m.size,
+            numa_nodes,
+        });
+    }
     let mut containers = Vec::new();
     let mut memory = Vec::new();
     for p in &list.pod_resources {
@@ -239,6 +255,7 @@ pub fn view(
         allocatable_cpus,
         containers,
         memory,
+        allocatable_memory,
         devices,
     })
 }

@@ -7,50 +7,73 @@
 //!   of NodeTopology status's `kubelet` (the same source: the kubelet's PodResources API,
 //!   `PodResources`, else its CPU manager checkpoint, `Checkpoint`), or, with neither, the
 //!   agent's own admissions (`Agent`); a kubelet running CPU manager policy `none` is
-//!   published as such (nothing pinned) whatever nodetopo's spec says.
+//!   published as such (nothing pinned) whatever nodetopo's spec says. With PodResources the
+//!   reserved CPUs are the kubelet's (online minus its allocatable CPUs) and the Memory
+//!   Manager's tables come from its allocatable memory and pinned blocks. The fingerprint
+//!   covers the scheduler plugin's pod set: every pod the agent watches on the node (specs
+//!   and phases from the API, as the plugin's informer has them), filtered by the plugin's
+//!   rule. A contradiction in these inputs is an [`NrtProblem::Build`], which the shell
+//!   publishes as a condition and an event.
 //! - [`writer`] applies it (server-side apply, field manager `nodetopo-agent`, not forced:
 //!   a conflict with another producer such as NFD's topology-updater is logged, never
 //!   overridden), with an owner reference to the Node, only when it differs from what was
 //!   last written, retrying with backoff and always sending the latest object. The cluster
 //!   loop's 100 ms debounce bounds the rate of new objects.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
+use nodetopo_crds::nrt::memory::{self, MemoryBlock};
 use nodetopo_crds::nrt::{
-    self, from_engine, AllocationSource, CpuAccounting, DeviceInventory, NodeResourceTopology,
-    NrtInput,
+    self, from_engine, AllocationSource, CpuAccounting, DeviceInventory, MemoryManagerView,
+    NodePod, NodeResourceTopology, NrtInput, ReservedSource,
 };
 use nodetopo_crds::{KubeletObserved, KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::admission::{CpuManagerConfig, Pools};
 use nodetopo_engine::CpuSet;
 
 use crate::daemon::core::Core;
+use crate::daemon::inputs::podresources::KubeletView;
 use crate::daemon::inputs::spec::node_config;
 
-/// The object for the core's current state, or why there is none yet (no spec applied, a
-/// spec that does not apply, or inputs the builder refuses).
+/// Why no object is handed to the writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NrtProblem {
+    /// Nothing to publish yet: no spec applied, or none in effect (the NodeTopology
+    /// conditions already say why).
+    Waiting(String),
+    /// The inputs contradict each other or the machine (e.g. an exclusive CPU inside the
+    /// reserved set, a memory report that does not fit): the object would lie, so it is not
+    /// written, and the shell reports this as the `NodeResourceTopology` condition and a
+    /// Warning event rather than letting the object silently freeze.
+    Build(String),
+}
+
+impl std::fmt::Display for NrtProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NrtProblem::Waiting(m) | NrtProblem::Build(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The object for the core's current state, or why there is none (see [`NrtProblem`]).
 pub fn desired(
     core: &Core,
     status: &NodeTopologyStatus,
     node: &str,
-) -> Result<NodeResourceTopology, String> {
+) -> Result<NodeResourceTopology, NrtProblem> {
+    let waiting = |m: String| NrtProblem::Waiting(m);
     let spec = core
         .spec()
-        .ok_or_else(|| "no NodeTopology spec applied yet".to_string())?;
-    let config = node_config(spec).map_err(|e| e.to_string())?;
+        .ok_or_else(|| waiting("no NodeTopology spec applied yet".to_string()))?;
+    let config = node_config(spec).map_err(|e| waiting(e.to_string()))?;
     let pools = core
         .pools()
-        .ok_or_else(|| "no configuration in effect".to_string())?;
-    // Pod names by UID, from the agent's records (the kubelet's checkpoint has UIDs only).
-    let names: BTreeMap<&str, &str> = core
-        .allocations()
-        .map(|a| (a.pod_uid.as_str(), a.pod.as_str()))
-        .collect();
+        .ok_or_else(|| waiting("no configuration in effect".to_string()))?;
     // The same kubelet view as NodeTopology status: PodResources, else the checkpoint.
     let kubelet = status.kubelet.as_ref().filter(|k| {
         matches!(
@@ -58,57 +81,117 @@ pub fn desired(
             KubeletSource::PodResources | KubeletSource::Checkpoint
         )
     });
-    let (cpu, pods, source) = match kubelet {
+    // The PodResources answer, only when it is the source status shows (an answer refused
+    // for its CPUs is not half-used for its memory or devices).
+    let podresources = match kubelet.map(|k| k.source) {
+        Some(KubeletSource::PodResources) => core.podresources(),
+        _ => None,
+    };
+    let online = core.topology().all_cpus();
+    let (cpu, source, reserved_source) = match kubelet {
         // A kubelet with CPU manager policy none pins nothing, whatever the spec says.
         Some(k) if k.policy_name == "none" => (
             CpuAccounting::PolicyNone {
                 reserved: pools.reserved.clone(),
             },
-            Vec::new(),
             allocation_source(k.source),
+            ReservedSource::Spec,
         ),
         Some(k) => {
-            let cpu = kubelet_cpu_accounting(k, &config.cpu, &pools)?;
-            (
-                cpu,
-                kubelet_pinned_pods(k, &names),
-                allocation_source(k.source),
-            )
+            // The kubelet's own allocatable CPUs where it reports them: its reserved set is
+            // the rest of the online CPUs, whatever nodetopo's spec says.
+            let (reserved, reserved_source) = match podresources {
+                Some(v) if !v.allocatable_cpus.is_empty() => (
+                    online.difference(&v.allocatable_cpus),
+                    ReservedSource::PodResources,
+                ),
+                _ => (pools.reserved.clone(), ReservedSource::Spec),
+            };
+            let cpu = kubelet_cpu_accounting(k, &config.cpu, &pools, reserved)
+                .map_err(NrtProblem::Build)?;
+            (cpu, allocation_source(k.source), reserved_source)
         }
         None => (
             from_engine::cpu_accounting(&config.cpu, &pools),
-            from_engine::fingerprint_pods(core.allocations()),
             AllocationSource::Agent,
+            ReservedSource::Spec,
         ),
     };
-    // Devices only from PodResources, and only when it is the source status shows (an
-    // answer refused for its CPUs is not half-used for its devices).
-    let no_devices = DeviceInventory::default();
-    let devices = match (kubelet.map(|k| k.source), core.podresources()) {
-        (Some(KubeletSource::PodResources), Some(v)) => &v.devices,
-        _ => &no_devices,
+    // The Memory Manager as the kubelet reports it: Static when it reports allocatable
+    // memory (its tables from that and the pinned blocks), None when it reports none.
+    let tables;
+    let memory = match podresources {
+        Some(v) if !v.allocatable_memory.is_empty() => {
+            let pinned = pinned_blocks(v).map_err(NrtProblem::Build)?;
+            tables = memory::memory_tables(core.topology(), &v.allocatable_memory, &pinned)
+                .map_err(|e| NrtProblem::Build(e.to_string()))?;
+            MemoryManagerView::Static(&tables)
+        }
+        Some(_) => MemoryManagerView::None,
+        None => MemoryManagerView::Unknown,
     };
+    let no_devices = DeviceInventory::default();
+    let devices = podresources.map_or(&no_devices, |v| &v.devices);
+    // Every pod bound to the node, with its phase: the builder keeps the ones the
+    // scheduler plugin fingerprints for this object.
+    let pods: Vec<NodePod<'_>> = core
+        .pods()
+        .map(|p| NodePod {
+            pod: &p.pod,
+            phase: &p.phase,
+        })
+        .collect();
     let input = NrtInput {
         node_name: node,
         node_uid: None,
         topology: core.topology(),
         cpu,
+        reserved_source,
         topology_manager: from_engine::topology_manager_view(&config),
-        memory: None,
-        fingerprint_pods: &pods,
+        memory,
+        pods: &pods,
         source,
         devices,
     };
-    nrt::build(&input).map_err(|e| e.to_string())
+    nrt::build(&input).map_err(|e| NrtProblem::Build(e.to_string()))
+}
+
+/// The pinned memory blocks of a PodResources answer, with their NUMA ids checked.
+fn pinned_blocks(v: &KubeletView) -> Result<Vec<MemoryBlock>, String> {
+    v.memory
+        .iter()
+        .map(|m| {
+            let owner = format!("{}/{}/{}", m.namespace, m.pod, m.container);
+            let numa_nodes = m
+                .numa_nodes
+                .iter()
+                .map(|id| {
+                    usize::try_from(*id).map_err(|_| {
+                        format!(
+                            "memory block of {owner}: NUMA node {id} is not a valid NUMA node id"
+                        )
+                    })
+                })
+                .collect::<Result<Vec<usize>, String>>()?;
+            Ok(MemoryBlock {
+                owner,
+                resource: m.memory_type.clone(),
+                size: m.size,
+                numa_nodes,
+            })
+        })
+        .collect()
 }
 
 /// The static-policy CPU accounting the kubelet's view `k` shows: its exclusive CPUs are
-/// the union of its assignments, the reserved set and the options are nodetopo's
-/// (`config`, `pools`). Errors name an assignment whose CPU list does not parse.
+/// the union of its assignments, the reserved set is `reserved` (the kubelet's where it
+/// reports it, else nodetopo's) and the options are nodetopo's (`config`, `pools`). Errors
+/// name an assignment whose CPU list does not parse.
 fn kubelet_cpu_accounting(
     k: &KubeletObserved,
     config: &CpuManagerConfig,
     pools: &Pools,
+    reserved: CpuSet,
 ) -> Result<CpuAccounting, String> {
     let mut exclusive = CpuSet::new();
     for a in &k.assignments {
@@ -127,33 +210,10 @@ fn kubelet_cpu_accounting(
         CpuAccounting::PolicyNone { .. } => Default::default(),
     };
     Ok(CpuAccounting::Static {
-        reserved: pools.reserved.clone(),
+        reserved,
         exclusive,
         options,
     })
-}
-
-/// The pods the kubelet's view `k` pins, as sorted, distinct (`namespace`, `name`) pairs.
-/// PodResources names them; a checkpoint UID the agent has no record of in `names` (a pod
-/// it has not seen yet) cannot be named, and the scheduler then sees a fingerprint
-/// mismatch and keeps its own accounting for the node until the next write.
-fn kubelet_pinned_pods(k: &KubeletObserved, names: &BTreeMap<&str, &str>) -> Vec<(String, String)> {
-    let mut pods: Vec<(String, String)> = k
-        .assignments
-        .iter()
-        .filter_map(|a| {
-            if a.pod.is_empty() {
-                names.get(a.pod_uid.as_str()).copied()
-            } else {
-                Some(a.pod.as_str())
-            }
-        })
-        .filter_map(|p| p.split_once('/'))
-        .map(|(ns, n)| (ns.to_string(), n.to_string()))
-        .collect();
-    pods.sort();
-    pods.dedup();
-    pods
 }
 
 fn allocation_source(s: KubeletSource) -> AllocationSource {

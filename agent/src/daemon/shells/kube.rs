@@ -14,6 +14,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
+use nodetopo_crds::conditions::reason;
 use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
@@ -24,6 +25,7 @@ use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};
+use crate::daemon::publish::nrt::NrtProblem;
 use crate::daemon::shells::cycle::{now, Cycle};
 use crate::daemon::shells::restore::load_checkpoint;
 use crate::daemon::shells::Node;
@@ -200,6 +202,23 @@ async fn wait_for_node_topology(api: &Api<NodeTopology>, node: &str) {
 /// chart grants events only there, through a Role); without POD_NAME/POD_NAMESPACE the
 /// warning is only logged.
 async fn report_checkpoint_problem(client: &Client, reason: &str, note: &str) {
+    publish_warning(client, reason, "RestoreCheckpoint", note).await;
+}
+
+/// [`publish_warning`] from a task of its own, so the cycle does not wait for the API.
+fn report_warning(client: &Client, reason: &str, action: &str, note: &str) {
+    let (client, reason, action, note) = (
+        client.clone(),
+        reason.to_string(),
+        action.to_string(),
+        note.to_string(),
+    );
+    tokio::spawn(async move { publish_warning(&client, &reason, &action, &note).await });
+}
+
+/// A Warning event with `reason` and `action` on the agent's own Pod (see
+/// [`report_checkpoint_problem`] for where it lives).
+async fn publish_warning(client: &Client, reason: &str, action: &str, note: &str) {
     let own_pod = match (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) {
         (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => ObjectReference {
             api_version: Some("v1".into()),
@@ -215,7 +234,7 @@ async fn report_checkpoint_problem(client: &Client, reason: &str, note: &str) {
         type_: EventType::Warning,
         reason: reason.to_string(),
         note: Some(note.to_string()),
-        action: "RestoreCheckpoint".into(),
+        action: action.into(),
         secondary: None,
     };
     if let Err(e) = recorder.publish(&ev, &own_pod).await {
@@ -307,7 +326,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
     let mut events = futures::stream::select(
         futures::stream::select(
             pod_events(client.clone(), &node).boxed(),
-            spec_events(client, &node).boxed(),
+            spec_events(client.clone(), &node).boxed(),
         ),
         actuation_events.boxed(),
     );
@@ -334,19 +353,27 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         }
         let span = cycle.span();
         let started = std::time::Instant::now();
-        let status = span.in_scope(|| cycle.run(&mut core, &metrics, &now()));
-        let nrt_status = match &status {
-            Some(s) => Some(s),
-            // Devices are in the object but not in status: a fresh PodResources answer may
-            // change the object alone.
-            None if kubelet_read => cycle.last_status(),
-            None => None,
-        };
-        if let (Some(nrt_tx), Some(current)) = (&nrt_tx, nrt_status) {
-            // The object follows each new status and each kubelet read (same kubelet view);
-            // the writer sends it only when it differs from the last one written.
+        let mut status = span.in_scope(|| cycle.run(&mut core, &metrics, &now()));
+        if let Some(nrt_tx) = &nrt_tx {
+            // The object follows every cycle (pods' phases change it without changing
+            // status, devices are not in status); the writer sends it only when it differs
+            // from the last one written.
             let _in_cycle = span.enter();
-            publish_nrt(nrt_tx, &core, current, &node);
+            let current = status.as_ref().or(cycle.last_status());
+            let built = current.and_then(|current| publish_nrt(nrt_tx, &core, current, &node));
+            if let Some(built) = built.filter(|b| core.nrt_built() != Some(b)) {
+                if let Err(why) = &built {
+                    report_warning(
+                        &client,
+                        reason::BUILD_FAILED,
+                        "PublishNodeResourceTopology",
+                        why,
+                    );
+                }
+                // The condition changes: publish it in this cycle's status.
+                core.apply(Event::NrtBuilt(built));
+                status = cycle.run(&mut core, &metrics, &now()).or(status);
+            }
         }
         if let Some(status) = status {
             let _ = tx.send(Some(status.clone()));
@@ -465,19 +492,27 @@ fn spawn_nrt_writer(
     nrt_tx
 }
 
-/// Hands the NodeResourceTopology object for `status` to its writer, or logs (debug) why
-/// there is none yet.
+/// Hands the NodeResourceTopology object for `status` to its writer. Returns whether it
+/// could be built (`None` while there is nothing to build yet, e.g. no spec).
 fn publish_nrt(
     nrt_tx: &tokio::sync::watch::Sender<Option<NodeResourceTopology>>,
     core: &Core,
     status: &NodeTopologyStatus,
     node: &str,
-) {
+) -> Option<Result<(), String>> {
     match crate::daemon::publish::nrt::desired(core, status, node) {
         Ok(obj) => {
             let _ = nrt_tx.send(Some(obj));
+            Some(Ok(()))
         }
-        Err(e) => tracing::debug!("NodeResourceTopology {node} not written: {e}"),
+        Err(NrtProblem::Waiting(why)) => {
+            tracing::debug!("NodeResourceTopology {node} not written yet: {why}");
+            None
+        }
+        Err(NrtProblem::Build(why)) => {
+            tracing::warn!("NodeResourceTopology {node} cannot be built, not updated: {why}");
+            Some(Err(why))
+        }
     }
 }
 

@@ -204,10 +204,22 @@ pub async fn node_with_pods(
     (uid, nt, pods)
 }
 
+/// Sets a pod's `status.phase` as its kubelet would (there is no kubelet here).
+pub async fn set_phase(pods: &Api<Pod>, name: &str, phase: &str) {
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": phase}})),
+    )
+    .await
+    .expect("pod status");
+}
+
 /// What the NodeResourceTopology tests share: the agent's fixture with the upstream NRT CRD
 /// installed, and Node `node` under topology manager single-numa-node (pod scope) with the
-/// Guaranteed pods g-1 (4 CPUs) and g-2 (2 CPUs) in `namespace`. `None` when the fixture
-/// skips (no control-plane binaries); otherwise as [`node_with_pods`].
+/// Guaranteed pods g-1 (4 CPUs) and g-2 (2 CPUs) in `namespace`, both `Running` (the
+/// scheduler plugin's fingerprint leaves Pending pods out). `None` when the fixture skips
+/// (no control-plane binaries); otherwise as [`node_with_pods`].
 pub async fn nrt_node_with_two_pods(
     namespace: &str,
     node: &str,
@@ -222,5 +234,8 @@ pub async fn nrt_node_with_two_pods(
         &[("g-1", 4), ("g-2", 2)],
     )
     .await;
+    for name in ["g-1", "g-2"] {
+        set_phase(&pods, name, "Running").await;
+    }
     Some((fixture, uid, nt, pods))
 }

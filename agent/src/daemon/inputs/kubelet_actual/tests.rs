@@ -21,6 +21,7 @@ fn view(containers: &[(&str, &str, &str)], allocatable: &str) -> KubeletView {
             })
             .collect(),
         memory: vec![],
+        allocatable_memory: vec![],
         devices: Default::default(),
     }
 }

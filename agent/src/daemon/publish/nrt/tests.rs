@@ -4,6 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodetopo_crds::nrt::build::{
     ATTR_ALLOCATION_SOURCE, ATTR_CPU_AVAILABLE, ATTR_CPU_MANAGER_POLICY,
+    ATTR_MEMORY_MANAGER_POLICY, ATTR_RESERVED_SOURCE,
 };
 use nodetopo_crds::nrt::fingerprint::{PodFingerprint, ATTRIBUTE};
 use nodetopo_crds::{
@@ -14,6 +15,7 @@ use nodetopo_engine::{Container, CpuSet, Pod, ResourceList};
 
 use super::*;
 use crate::daemon::core::{Event, PodInfo};
+use crate::daemon::podresources::KubeletView;
 
 fn spec() -> NodeTopologySpec {
     NodeTopologySpec {
@@ -52,6 +54,7 @@ fn pod(name: &str, uid: &str, cpus: u64) -> PodInfo {
         },
         created: Some(Time("2024-01-01T00:00:00Z".parse().expect("ts"))),
         terminal: false,
+        phase: "Running".into(),
     }
 }
 
@@ -110,8 +113,9 @@ fn follows_agent_then_kubelet_then_policy_none() {
     let o = desired(&core, &st, "n1").expect("object");
     assert_eq!(available(&o), cpus - 2 - 3);
     assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("Checkpoint"));
-    let only_a: PodFingerprint = [("default", "a")].into_iter().collect();
-    assert_eq!(o.attribute(ATTRIBUTE), Some(only_a.sign().as_str()));
+    // The fingerprint is the scheduler plugin's, over the pods the API shows (both
+    // Guaranteed and Running), whatever the kubelet pins.
+    assert_eq!(o.attribute(ATTRIBUTE), Some(both.sign().as_str()));
 
     // A kubelet with CPU manager policy none pins nothing, whatever the spec says.
     st.kubelet = Some(KubeletObserved {
@@ -138,6 +142,8 @@ fn follows_agent_then_kubelet_then_policy_none() {
         }],
     });
     let e = desired(&core, &st, "n1").expect_err("refused");
+    assert!(matches!(e, NrtProblem::Build(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("u-a/app") && e.contains("3-1"), "{e}");
 
     // The PodResources API, when readable, wins, through the core's status (the same view
@@ -177,8 +183,13 @@ fn follows_agent_then_kubelet_then_policy_none() {
     let o = desired(&core, &st, "n1").expect("object");
     assert_eq!(available(&o), cpus - 2 - 6);
     assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("PodResources"));
-    let x: PodFingerprint = [("default", "a"), ("other", "x")].into_iter().collect();
-    assert_eq!(o.attribute(ATTRIBUTE), Some(x.sign().as_str()));
+    assert_eq!(
+        o.attribute(ATTRIBUTE),
+        Some(both.sign().as_str()),
+        "the API's pods, not the kubelet's list"
+    );
+    assert_eq!(o.attribute(ATTR_RESERVED_SOURCE), Some("PodResources"));
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("None"));
 
     // PodResources reporting no allocatable CPUs: the kubelet runs policy none.
     core.apply(Event::PodResources(Ok(Some(Default::default()))));
@@ -195,4 +206,223 @@ fn follows_agent_then_kubelet_then_policy_none() {
         (r.kind.as_str(), r.name.as_str(), r.uid.as_str()),
         ("Node", "n1", "uid-1")
     );
+}
+
+fn podresources_view(allocatable: &str, pinned: &[(&str, &str, &str)]) -> KubeletView {
+    KubeletView {
+        allocatable_cpus: CpuSet::parse(allocatable).expect("set"),
+        containers: pinned
+            .iter()
+            .map(
+                |(pod, c, cpus)| crate::daemon::podresources::ContainerCpus {
+                    namespace: "default".into(),
+                    pod: (*pod).into(),
+                    container: (*c).into(),
+                    cpus: CpuSet::parse(cpus).expect("set"),
+                },
+            )
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The pod set is the scheduler plugin's (every non-Pending pod the API shows that it
+/// counts as exclusive), whatever the kubelet view; reserved CPUs come from the kubelet's
+/// allocatable CPUs where PodResources reports them, so an exclusive CPU inside the spec's
+/// reserved set is no error there, and is a build error (not a silent freeze) where only
+/// the checkpoint is read.
+#[test]
+fn plugin_pod_set_kubelet_reserved_cpus_and_build_errors() {
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((spec(), Some(1)))));
+    let mut pending = pod("c-pending", "u-c", 2);
+    pending.phase = "Pending".into();
+    let mut failed = pod("f-failed", "u-f", 2);
+    failed.phase = "Failed".into();
+    failed.terminal = true;
+    let mut burstable = pod("d-burstable", "u-d", 2);
+    burstable.pod.containers[0].limits = ResourceList::default();
+    let mut shared = pod("e-shared", "u-e", 1);
+    let half = ResourceList {
+        cpu_millis: Some(1500),
+        memory_bytes: Some(1 << 30),
+        ..Default::default()
+    };
+    shared.pod.containers[0].requests = half.clone();
+    shared.pod.containers[0].limits = half;
+    core.apply(Event::PodsSynced(vec![
+        pod("a", "u-a", 4),
+        pending,
+        failed,
+        burstable,
+        shared,
+    ]));
+    assert!(core.reconcile());
+    let mut st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    let plugin: PodFingerprint = [
+        ("default", "a"),
+        ("default", "e-shared"),
+        ("default", "f-failed"),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        o.attribute(ATTRIBUTE),
+        Some(plugin.sign().as_str()),
+        "Guaranteed pods in every phase but Pending, fractional CPUs included; no Burstable"
+    );
+    assert_eq!(o.attribute(ATTR_RESERVED_SOURCE), Some("Spec"));
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+
+    // The kubelet reserves 0-1,32-33 (not the spec's 0,32) and pinned 2-3,34-35.
+    core.apply(Event::PodResources(Ok(Some(podresources_view(
+        "2-31,34-63",
+        &[("a", "app", "2-3,34-35")],
+    )))));
+    st = core.status(&[], &now());
+    assert_eq!(
+        st.kubelet.as_ref().map(|k| k.source),
+        Some(KubeletSource::PodResources)
+    );
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_RESERVED_SOURCE), Some("PodResources"));
+    let allocatable: usize = o
+        .zones
+        .iter()
+        .filter(|z| z.type_ == "Node")
+        .map(|z| {
+            z.resource("cpu")
+                .expect("cpu")
+                .allocatable
+                .parse::<usize>()
+                .expect("count")
+        })
+        .sum();
+    assert_eq!(
+        allocatable, 60,
+        "the kubelet's 60 allocatable CPUs, not 64 - 2"
+    );
+    assert_eq!(available(&o), 56);
+
+    // Only the checkpoint: the kubelet pinned CPU 32, which nodetopo's spec reserves. The
+    // object cannot be right, so it is a build error the shell turns into a condition and
+    // an event.
+    st.kubelet = Some(KubeletObserved {
+        source: KubeletSource::Checkpoint,
+        policy_name: "static".into(),
+        default_cpu_set: String::new(),
+        assignments: vec![KubeletAssignment {
+            pod_uid: "u-a".into(),
+            pod: String::new(),
+            container: "app".into(),
+            cpus: "32-35".into(),
+        }],
+    });
+    let e = desired(&core, &st, "n1").expect_err("refused");
+    assert_eq!(
+        e,
+        NrtProblem::Build("CPUs 32 are both reserved and exclusively assigned".into())
+    );
+    core.apply(Event::NrtBuilt(Err(e.to_string())));
+    let st = core.status(&[], &now());
+    let c = nodetopo_crds::conditions::find(
+        &st.conditions,
+        nodetopo_crds::conditions::NODE_RESOURCE_TOPOLOGY,
+    )
+    .expect("condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NodeResourceTopologyBuildFailed")
+    );
+    assert!(
+        c.message.contains("CPUs 32 are both reserved"),
+        "{}",
+        c.message
+    );
+    core.apply(Event::NrtBuilt(Ok(())));
+    let st = core.status(&st.conditions, &now());
+    let c = nodetopo_crds::conditions::find(
+        &st.conditions,
+        nodetopo_crds::conditions::NODE_RESOURCE_TOPOLOGY,
+    )
+    .expect("condition");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Built"));
+}
+
+/// Static Memory Manager: PodResources' allocatable memory and pinned blocks make the
+/// zones' memory; a block that does not fit is a build error naming it.
+#[test]
+fn static_memory_manager_from_podresources() {
+    use nodetopo_crds::nrt::memory::MemoryBlock;
+    const GI: u64 = 1 << 30;
+    let base = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let nodes = base
+        .numa_nodes()
+        .iter()
+        .map(|n| nodetopo_engine::topology::NumaNode {
+            memory_bytes: Some(64 * GI),
+            hugepages: vec![(1 << 20, 4)],
+            ..n.clone()
+        })
+        .collect();
+    let topo = nodetopo_engine::CpuTopology::with_derived_counts(
+        base.cpus().to_vec(),
+        nodes,
+        base.uncore_caches().to_vec(),
+    )
+    .expect("machine");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((spec(), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod("a", "u-a", 4)]));
+    assert!(core.reconcile());
+    let block = |r: &str, size: u64, node: usize| MemoryBlock {
+        owner: "allocatable".into(),
+        resource: r.into(),
+        size,
+        numa_nodes: vec![node],
+    };
+    let mut view = podresources_view("1-31,33-63", &[("a", "app", "4-7")]);
+    // 1 GiB of memory reserved per node; 4 GiB of 1 GiB pages each, one page reserved on 1.
+    view.allocatable_memory = vec![
+        block("memory", 59 * GI, 0),
+        block("memory", 59 * GI, 1),
+        block("hugepages-1Gi", 4 * GI, 0),
+        block("hugepages-1Gi", 3 * GI, 1),
+    ];
+    let pinned = |size: u64, nodes: Vec<i64>| crate::daemon::podresources::ContainerMemory {
+        namespace: "default".into(),
+        pod: "a".into(),
+        container: "app".into(),
+        memory_type: "memory".into(),
+        size,
+        numa_nodes: nodes,
+    };
+    view.memory = vec![pinned(2 * GI, vec![0]), pinned(60 * GI, vec![1, 0])];
+    core.apply(Event::PodResources(Ok(Some(view.clone()))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Static"));
+    let mem = |zone: &str, r: &str| {
+        let x = o.zone(zone).and_then(|z| z.resource(r)).expect("resource");
+        (
+            x.capacity.clone(),
+            x.allocatable.clone(),
+            x.available.clone(),
+        )
+    };
+    let s = |a: u64, b: u64, c: u64| (a.to_string(), b.to_string(), c.to_string());
+    // The 60 GiB group block fills node 0 first (57 GiB left there after 2 GiB), then 3
+    // GiB of node 1.
+    assert_eq!(mem("node-0", "memory"), s(64 * GI, 59 * GI, 0));
+    assert_eq!(mem("node-1", "memory"), s(64 * GI, 59 * GI, 56 * GI));
+    assert_eq!(mem("node-1", "hugepages-1Gi"), s(4 * GI, 3 * GI, 3 * GI));
+
+    view.memory.push(pinned(57 * GI, vec![1]));
+    core.apply(Event::PodResources(Ok(Some(view))));
+    let st = core.status(&[], &now());
+    let e = desired(&core, &st, "n1").expect_err("does not fit");
+    assert!(matches!(e, NrtProblem::Build(_)), "{e:?}");
+    assert!(e.to_string().contains("default/a/app"), "{e}");
 }
