@@ -15,7 +15,7 @@ use nodetopo_engine::{Container, CpuSet, Pod, ResourceList};
 
 use super::*;
 use crate::daemon::core::{Event, PodInfo};
-use crate::daemon::podresources::KubeletView;
+use crate::daemon::inputs::podresources::KubeletView;
 
 fn spec() -> NodeTopologySpec {
     NodeTopologySpec {
@@ -214,7 +214,7 @@ fn podresources_view(allocatable: &str, pinned: &[(&str, &str, &str)]) -> Kubele
         containers: pinned
             .iter()
             .map(
-                |(pod, c, cpus)| crate::daemon::podresources::ContainerCpus {
+                |(pod, c, cpus)| crate::daemon::inputs::podresources::ContainerCpus {
                     namespace: "default".into(),
                     pod: (*pod).into(),
                     container: (*c).into(),
@@ -391,7 +391,7 @@ fn static_memory_manager_from_podresources() {
         block("hugepages-1Gi", 4 * GI, 0),
         block("hugepages-1Gi", 3 * GI, 1),
     ];
-    let pinned = |size: u64, nodes: Vec<i64>| crate::daemon::podresources::ContainerMemory {
+    let pinned = |size: u64, nodes: Vec<i64>| crate::daemon::inputs::podresources::ContainerMemory {
         namespace: "default".into(),
         pod: "a".into(),
         container: "app".into(),
