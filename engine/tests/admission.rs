@@ -258,6 +258,7 @@ fn devices_and_memory_steer_the_hint() {
         resource: "example.com/nic".into(),
         id: "nic0".into(),
         numa_nodes: vec![1],
+        healthy: true,
     }];
     // The kubelet's Static policy needs some reserved regular memory: 1 MiB on node 0.
     cfg.memory = MemoryManagerConfig::Static {
@@ -446,6 +447,7 @@ proptest! {
                 (x, y) if y == n || x == y => vec![x],
                 (x, y) => vec![x, y],
             },
+            healthy: true,
         }).collect();
         let ids: Vec<usize> = (0..n).collect();
         let dm = DeviceManager::new(&specs, &ids).unwrap();
