@@ -896,4 +896,40 @@ mod tests {
         );
         assert_eq!(order(None), ["b", "c", "d", "e", "a"]);
     }
+
+    /// Oracle divergence (kubelet `getPodDeviceRequest`: `int(Quantity.Value())` of an exact
+    /// sum): two containers asking for 3 and 2^63 - 1 devices make a pod request past int64,
+    /// read as a negative count, which the hints treat as 0 (every mask over the device
+    /// nodes, single nodes preferred); the engine answered "unavailable" (empty list).
+    #[test]
+    fn pod_request_past_int64_wraps_like_the_kubelet() {
+        let devs = [dev("x/gpu", "a", &[0]), dev("x/gpu", "b", &[1])];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        let mut p = pod("p", 3);
+        let mut second = p.containers[0].clone();
+        second.name = "second".into();
+        second.limits.extended.insert("x/gpu".into(), i64::MAX as u64);
+        second.requests.extended.insert("x/gpu".into(), i64::MAX as u64);
+        p.containers.push(second);
+        assert_eq!(m.pod_request(&p)["x/gpu"], 0);
+        let Some(DeviceHints::Implicit(s)) = m.pod_hints(&p).and_then(|mut h| h.remove("x/gpu"))
+        else {
+            panic!("expected hints");
+        };
+        assert_eq!(s.materialize(), vec![h(1, true), h(2, true), h(3, false)]);
+    }
+
+    /// Unhealthy devices are never free, but still count where the kubelet decides the
+    /// hint universe and the narrowest width (`allDevices`).
+    #[test]
+    fn unhealthy_devices_count_for_width_not_for_allocation() {
+        let mut sick = dev("x/gpu", "b", &[0]);
+        sick.healthy = false;
+        let devs = [dev("x/gpu", "a", &[0]), sick, dev("x/gpu", "c", &[1])];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        assert_eq!(m.free("x/gpu").len(), 2);
+        // Two devices: node 0 would do with both of its devices (minAffinitySize 1), but
+        // only one is healthy, so {0,1} is the only hint and it is not preferred.
+        assert_eq!(hints_of(&m, &pod("p", 2)), vec![h(3, false)]);
+    }
 }
