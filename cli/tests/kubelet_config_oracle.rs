@@ -162,7 +162,8 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         );
     }
     if r.chance(25) {
-        // Real gate names (the kubelet refuses unknown ones); null deletes in a drop-in.
+        // Real gate names (the kubelet refuses unknown ones); null deletes in a drop-in and
+        // is false in the --config file.
         let gates = [
             "CPUManagerPolicyAlphaOptions",
             "CPUManagerPolicyBetaOptions",
@@ -170,7 +171,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         ];
         out.push_str("featureGates:\n");
         for g in gates.iter().take(1 + r.below(gates.len())) {
-            let v = if !config_file && r.chance(20) {
+            let v = if r.chance(20) {
                 null(r)
             } else {
                 boolean(r)
