@@ -171,11 +171,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         ];
         out.push_str("featureGates:\n");
         for g in gates.iter().take(1 + r.below(gates.len())) {
-            let v = if r.chance(20) {
-                null(r)
-            } else {
-                boolean(r)
-            };
+            let v = if r.chance(20) { null(r) } else { boolean(r) };
             out.push_str(&format!("  {g}: {v}\n"));
         }
     }
@@ -592,7 +588,9 @@ fn aliasing_limits_agree_with_the_kubelet() {
         for count in [5, 50, 99, 100, 101, 150, 300, 1000] {
             let items = vec!["x"; size].join(", ");
             let aliases = vec!["*a"; count].join(", ");
-            bodies.push(format!("a: &a [{items}]\nb: [{aliases}]\ncpuManagerPolicy: static\n"));
+            bodies.push(format!(
+                "a: &a [{items}]\nb: [{aliases}]\ncpuManagerPolicy: static\n"
+            ));
         }
     }
     for count in [50, 120, 400, 2000] {
@@ -627,15 +625,22 @@ fn aliasing_limits_agree_with_the_kubelet() {
             (Err(e), false) => {
                 refused += 1;
                 assert!(
-                    answer.error.contains("excessive aliasing") && format!("{e:#}").contains("excessive aliasing"),
+                    answer.error.contains("excessive aliasing")
+                        && format!("{e:#}").contains("excessive aliasing"),
                     "refused for another reason: kubelet {:?}, nodetopo {e:#}\n{body}",
                     answer.error
                 );
             }
-            (Ok(_), false) => panic!("the kubelet refuses what nodetopo reads: {}\n{body}", answer.error),
+            (Ok(_), false) => panic!(
+                "the kubelet refuses what nodetopo reads: {}\n{body}",
+                answer.error
+            ),
             (Err(e), true) => panic!("nodetopo refuses what the kubelet reads: {e:#}\n{body}"),
         }
     }
-    println!("aliasing limits: {} documents, {read} read by both, {refused} refused by both", bodies.len());
+    println!(
+        "aliasing limits: {} documents, {read} read by both, {refused} refused by both",
+        bodies.len()
+    );
     assert!(read > 0 && refused > 1);
 }

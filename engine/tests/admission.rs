@@ -566,13 +566,22 @@ fn zero_device_request_still_gives_hints() {
             healthy: true,
         })
         .collect();
-    let p = pod("big", vec![], vec![container("main", 80, &[("example.com/nic", 0)])]);
+    let p = pod(
+        "big",
+        vec![],
+        vec![container("main", 80, &[("example.com/nic", 0)])],
+    );
     for (policy, admitted) in [
         (TmPolicy::BestEffort, true),
         (TmPolicy::Restricted, false),
         (TmPolicy::SingleNumaNode, false),
     ] {
-        let mut cfg = config("0", StaticPolicyOptions::default(), policy, TmScope::Container);
+        let mut cfg = config(
+            "0",
+            StaticPolicyOptions::default(),
+            policy,
+            TmScope::Container,
+        );
         cfg.devices = devices.clone();
         let mut a = NodeAdmitter::new(topology.clone(), &cfg).unwrap();
         let r = a.admit(&p);
@@ -596,7 +605,12 @@ fn zero_device_request_still_gives_hints() {
 #[test]
 fn resource_without_healthy_devices_refuses_even_zero() {
     let t = machine(2, 4, 1, 1);
-    let mut cfg = config("0", StaticPolicyOptions::default(), TmPolicy::BestEffort, TmScope::Container);
+    let mut cfg = config(
+        "0",
+        StaticPolicyOptions::default(),
+        TmPolicy::BestEffort,
+        TmScope::Container,
+    );
     cfg.device_resources = vec!["example.com/empty".into()];
     cfg.devices = vec![
         DeviceSpec {
@@ -623,11 +637,19 @@ fn resource_without_healthy_devices_refuses_even_zero() {
             format!("Allocate failed due to no healthy devices present; cannot allocate unhealthy devices {res}, which is unexpected")
         );
     }
-    let p = pod("ok", vec![], vec![container("main", 1, &[("example.com/ok", 0)])]);
+    let p = pod(
+        "ok",
+        vec![],
+        vec![container("main", 1, &[("example.com/ok", 0)])],
+    );
     assert!(a.admit(&p).admitted());
     assert_eq!(a.devices().free("example.com/ok").len(), 1);
     // An unknown resource is no device-plugin resource: ignored.
-    let p = pod("other", vec![], vec![container("main", 1, &[("example.com/none", 3)])]);
+    let p = pod(
+        "other",
+        vec![],
+        vec![container("main", 1, &[("example.com/none", 3)])],
+    );
     assert!(a.admit(&p).admitted());
 }
 
@@ -639,7 +661,12 @@ fn resource_without_healthy_devices_refuses_even_zero() {
 #[test]
 fn second_attempt_of_a_rejected_pod_reuses_the_first_attempts_init_resources() {
     let t = machine(2, 4, 1, 1);
-    let mut cfg = config("0", StaticPolicyOptions::default(), TmPolicy::SingleNumaNode, TmScope::Container);
+    let mut cfg = config(
+        "0",
+        StaticPolicyOptions::default(),
+        TmPolicy::SingleNumaNode,
+        TmScope::Container,
+    );
     cfg.devices = (0..2)
         .map(|n| DeviceSpec {
             resource: "x/dev".into(),
@@ -665,11 +692,20 @@ fn second_attempt_of_a_rejected_pod_reuses_the_first_attempts_init_resources() {
         .container_hints(a.cpu_state(), &p, &p.init_containers[0])
         .unwrap();
     assert!(!hints.is_empty());
-    assert!(hints.iter().all(|h| h.affinity.unwrap().is_set(0)), "{hints:?}");
-    let dev = a.devices().container_hints(&p, &p.init_containers[0]).unwrap();
+    assert!(
+        hints.iter().all(|h| h.affinity.unwrap().is_set(0)),
+        "{hints:?}"
+    );
+    let dev = a
+        .devices()
+        .container_hints(&p, &p.init_containers[0])
+        .unwrap();
     match &dev["x/dev"] {
         DeviceHints::Implicit(s) => {
-            assert!(s.materialize().iter().all(|h| h.affinity.unwrap().is_set(0)));
+            assert!(s
+                .materialize()
+                .iter()
+                .all(|h| h.affinity.unwrap().is_set(0)));
         }
         other => panic!("{other:?}"),
     }

@@ -340,9 +340,7 @@ impl DeviceManager {
             let e = out.entry(r).or_insert(0);
             *e = (*e).max(n);
         }
-        out.into_iter()
-            .map(|(r, n)| (r, go_int64(n)))
-            .collect()
+        out.into_iter().map(|(r, n)| (r, go_int64(n))).collect()
     }
 
     /// Hints for one container: `None` = nil map (no device requested).
@@ -908,8 +906,14 @@ mod tests {
         let mut p = pod("p", 3);
         let mut second = p.containers[0].clone();
         second.name = "second".into();
-        second.limits.extended.insert("x/gpu".into(), i64::MAX as u64);
-        second.requests.extended.insert("x/gpu".into(), i64::MAX as u64);
+        second
+            .limits
+            .extended
+            .insert("x/gpu".into(), i64::MAX as u64);
+        second
+            .requests
+            .extended
+            .insert("x/gpu".into(), i64::MAX as u64);
         p.containers.push(second);
         assert_eq!(m.pod_request(&p)["x/gpu"], 0);
         let Some(DeviceHints::Implicit(s)) = m.pod_hints(&p).and_then(|mut h| h.remove("x/gpu"))

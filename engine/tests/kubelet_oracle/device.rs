@@ -131,9 +131,16 @@ pub(crate) fn ambiguous(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, 
                 "Allocate failed due to no healthy devices present; ",
             ];
             let dev = |m: &str| DEVICE_ERRORS.iter().any(|p| m.starts_with(p));
-            if !kr.admit && !er.admit && kr.message != er.message && dev(&kr.message) && dev(&er.message)
+            if !kr.admit
+                && !er.admit
+                && kr.message != er.message
+                && dev(&kr.message)
+                && dev(&er.message)
             {
-                return Some((i, format!("{}: kubelet {:?}", crate::cpu::op_uid(op), kr.message)));
+                return Some((
+                    i,
+                    format!("{}: kubelet {:?}", crate::cpu::op_uid(op), kr.message),
+                ));
             }
         }
         let Some(p) = &op.pod else { continue };
@@ -182,7 +189,11 @@ pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(us
         .iter()
         .map(|d| ((d.resource.as_str(), d.id.as_str()), d.numa.as_slice()))
         .collect();
-    let topology = |res: &str| c.devices.iter().any(|d| d.resource == res && !d.numa.is_empty());
+    let topology = |res: &str| {
+        c.devices
+            .iter()
+            .any(|d| d.resource == res && !d.numa.is_empty())
+    };
     for (i, (kr, er)) in k.results.iter().zip(&e.results).enumerate() {
         if !(kr.admit && er.admit) || kr.devices == er.devices {
             continue;
@@ -202,7 +213,8 @@ pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(us
                 continue;
             }
             let hint = hint(k).and_then(|h| h.affinity);
-            let resources: std::collections::BTreeSet<&String> = kd.keys().chain(ed.keys()).collect();
+            let resources: std::collections::BTreeSet<&String> =
+                kd.keys().chain(ed.keys()).collect();
             for res in resources {
                 let (a, b) = (kd.get(res), ed.get(res));
                 if a == b {
@@ -216,7 +228,10 @@ pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(us
                 let profile = |ids: Option<&Vec<String>>| -> [usize; 3] {
                     let mut p = [0; 3];
                     for id in ids.into_iter().flatten() {
-                        let m = masks.get(&(res.as_str(), id.as_str())).copied().unwrap_or(&[]);
+                        let m = masks
+                            .get(&(res.as_str(), id.as_str()))
+                            .copied()
+                            .unwrap_or(&[]);
                         let g = match &hint {
                             Some(h) if topology(res) && !m.is_empty() => {
                                 usize::from(!m.iter().any(|n| h.contains(n)))

@@ -297,7 +297,13 @@ impl Edge {
     }
 
     /// The class of `v` against the same references (`None`: an ordinary amount).
-    pub(crate) fn classify(v: u64, unit: u64, exact: &[u64], more_than: u64, huge: u64) -> Option<Edge> {
+    pub(crate) fn classify(
+        v: u64,
+        unit: u64,
+        exact: &[u64],
+        more_than: u64,
+        huge: u64,
+    ) -> Option<Edge> {
         if v == 0 {
             Some(Edge::Zero)
         } else if v == unit {
@@ -333,7 +339,13 @@ pub(crate) fn allocatable_cpus(c: &CaseJson) -> u64 {
 /// With `pct` %, replaces `ct`'s CPU request and limit by an edge amount (`Edge`): 0, one
 /// core, every allocatable CPU of an empty machine, more CPUs than the machine has, or
 /// four million cores.
-pub(crate) fn edge_cpu(r: &mut Rng, ct: &mut ContainerJson, ncpus: u64, allocatable: u64, pct: u64) {
+pub(crate) fn edge_cpu(
+    r: &mut Rng,
+    ct: &mut ContainerJson,
+    ncpus: u64,
+    allocatable: u64,
+    pct: u64,
+) {
     if !r.chance(pct) {
         return;
     }
@@ -383,11 +395,17 @@ pub(crate) fn edge_tally(c: &CaseJson, out: &mut BTreeMap<String, usize>) {
             let q = &ct.requests;
             if let Some(m) = crate::cpu::millis(&q.cpu) {
                 let exact = [allocatable_cpus(c) * 1000];
-                add("cpu", Edge::classify(m, 1000, &exact, ncpus * 1000, HUGE_CPUS * 1000));
+                add(
+                    "cpu",
+                    Edge::classify(m, 1000, &exact, ncpus * 1000, HUGE_CPUS * 1000),
+                );
             }
             if c.memory.is_some() {
                 if let Some(b) = crate::cpu::bytes(&q.memory) {
-                    add("memory", Edge::classify(b, 1, &node_mem, total_mem, 1 << 50));
+                    add(
+                        "memory",
+                        Edge::classify(b, 1, &node_mem, total_mem, 1 << 50),
+                    );
                 }
                 for (kind, kib, s) in [
                     ("hugepages-2Mi", 2048, &q.hugepages_2mi),
@@ -396,7 +414,10 @@ pub(crate) fn edge_tally(c: &CaseJson, out: &mut BTreeMap<String, usize>) {
                     if let Some(b) = crate::cpu::bytes(s) {
                         let have = pages(kib);
                         let all: u64 = have.iter().sum();
-                        add(kind, Edge::classify(b, kib * 1024, &have, all, (1 << 50) - (1 << 30)));
+                        add(
+                            kind,
+                            Edge::classify(b, kib * 1024, &have, all, (1 << 50) - (1 << 30)),
+                        );
                     }
                 }
             }

@@ -293,7 +293,10 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             eprintln!("    {x}");
         }
     }
-    eprintln!("  edge quantities compared (container requests): {:?}", t.edges);
+    eprintln!(
+        "  edge quantities compared (container requests): {:?}",
+        t.edges
+    );
     if kind == Kind::Device {
         eprintln!(
             "  cases with unhealthy devices: {}, a resource without devices: {}, a plugin without GetPreferredAllocation: {}, two plugins for a resource: {}; rejected pods admitted again (retry): {} compared, {} skipped (admitted)",
