@@ -276,7 +276,7 @@ fn restore(
 ) -> Result<CpuCheckpoint, String> {
     let default_cpu_set = CpuSet::parse(&d.default_cpu_set).map_err(|e| {
         format!(
-            "could not parse default CPU set {:?} ({prefix}defaultCpuSet): {e}",
+            "{prefix}defaultCpuSet {:?}: could not parse default CPU set: {e}",
             d.default_cpu_set
         )
     })?;

@@ -23,9 +23,9 @@ async fn accepted_eviction_then_replan() {
         let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
             "policyName": "static", "defaultCpuSet": default, "entries": entries
         }));
-        nodetopo_engine::change::checkpoint::render(
+        nodetopo_kubelet::cpu_checkpoint::render(
             &state,
-            nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+            nodetopo_kubelet::cpu_checkpoint::CheckpointFormat::V2,
         )
     };
     let before = render("0,2-32,34-63", json!({uid.clone(): {"app": "1,33"}}));
@@ -135,8 +135,8 @@ async fn accepted_eviction_then_replan() {
         "{dropin}"
     );
     let state = std::fs::read_to_string(kd.join("cpu_manager_state")).expect("state");
-    let read = nodetopo_engine::change::checkpoint::parse(&state).expect("state file valid");
-    assert!(read.state.state.assignments.is_empty(), "{state}");
+    let read = nodetopo_kubelet::cpu_checkpoint::parse(&state).expect("state file valid");
+    assert!(read.entries.is_empty(), "{state}");
     if last == "RestartOnly" {
         assert_eq!(
             state, released,

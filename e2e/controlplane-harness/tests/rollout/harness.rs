@@ -61,9 +61,9 @@ pub(crate) fn kubelet_state_text(entries: Value) -> String {
         "defaultCpuSet": all.difference(&exclusive).to_string(),
         "entries": entries
     }));
-    nodetopo_engine::change::checkpoint::render(
+    nodetopo_kubelet::cpu_checkpoint::render(
         &state,
-        nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+        nodetopo_kubelet::cpu_checkpoint::CheckpointFormat::V2,
     )
 }
 

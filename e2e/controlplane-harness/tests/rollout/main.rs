@@ -109,9 +109,9 @@ async fn rollout_against_a_real_apiserver() {
         "policyName": "static", "defaultCpuSet": "0,2-32,34-63",
         "entries": {uid.clone(): {"app": "1,33"}}
     }));
-    let e1_state_text = nodetopo_engine::change::checkpoint::render(
+    let e1_state_text = nodetopo_kubelet::cpu_checkpoint::render(
         &e1_state,
-        nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+        nodetopo_kubelet::cpu_checkpoint::CheckpointFormat::V2,
     );
 
     let root = cp.dir().to_path_buf();

@@ -21,9 +21,9 @@ async fn node_not_ready_after_the_restart_rolls_back() {
     let state: nodetopo_engine::change::KubeletCpuState = json_of(json!({
         "policyName": "static", "defaultCpuSet": "0-63", "entries": {}
     }));
-    let state_text = nodetopo_engine::change::checkpoint::render(
+    let state_text = nodetopo_kubelet::cpu_checkpoint::render(
         &state,
-        nodetopo_engine::change::checkpoint::CheckpointFormat::V2,
+        nodetopo_kubelet::cpu_checkpoint::CheckpointFormat::V2,
     );
     let root = cp.dir().to_path_buf();
     let kd1 = kubelet_dir(&root, "n1", Some(&state_text), false, false);
