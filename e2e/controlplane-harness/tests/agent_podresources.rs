@@ -20,7 +20,7 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use tonic::{Request, Response, Status};
 
 #[allow(clippy::all, missing_docs, dead_code)]
-#[path = "../../../agent/src/daemon/podresources/v1.rs"]
+#[path = "../../../agent/src/daemon/inputs/podresources/v1.rs"]
 mod v1;
 
 use v1::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
