@@ -190,7 +190,7 @@ pub fn advise(facts: &HostFacts, want: &Want) -> Vec<Finding> {
                     None => out.push(fail(
                         "config",
                         format!("the kubelet (process {}) runs without --config: its settings are flags, which a drop-in cannot override", k.pid),
-                        format!("move its flags into a KubeletConfiguration file and start it with --config=FILE (then set agent.actuation.kubeletConfig=FILE)"),
+                        "move its flags into a KubeletConfiguration file and start it with --config=FILE (then set agent.actuation.kubeletConfig=FILE)".to_string(),
                     )),
                 }
             }
