@@ -127,7 +127,7 @@ pub fn check_agent(
     let text = std::fs::read_to_string(&info_path)
         .with_context(|| format!("reading {}", info_path.display()))?;
     let mounts = parse_mountinfo(&text)?;
-    let at = |p: &str| mounts.iter().filter(|m| m.mount_point == p).last();
+    let at = |p: &str| mounts.iter().rfind(|m| m.mount_point == p);
     let mut facts = Vec::new();
 
     let kubelet = at("/host/kubelet").context("the agent has no mount at /host/kubelet")?;
