@@ -148,6 +148,20 @@ render actuation-no-proc --set agent.actuation.enabled=true --set agent.actuatio
 render actuation-command --set agent.actuation.enabled=true --set agent.actuation.restart=command \
   --set "agent.actuation.stopCommand=/usr/local/bin/kubelet-ctl stop" \
   --set "agent.actuation.startCommand=/usr/local/bin/kubelet-ctl start"
+# Hooks whose text YAML would misread unquoted (': ' makes a map, ' #' starts a comment).
+cat >"$WORK/tricky-hooks.yaml" <<'EOF'
+agent:
+  actuation:
+    enabled: true
+    restart: command
+    stopCommand: "/opt/ctl --reason=nodetopo: stop"
+    startCommand: "/opt/ctl start #1"
+    healthCommand: "/opt/ctl health {a: b}"
+EOF
+render actuation-command-tricky -f "$WORK/tricky-hooks.yaml"
+render actuation-evict-ns --set agent.actuation.enabled=true --set "agent.actuation.evictionNamespaces={team-a,team-b}"
+render selinux --set agent.seLinuxOptions.type=spc_t --set operator.seLinuxOptions.type=container_t \
+  --set-string "operator.seLinuxOptions.level=s0:c1\,c2"
 
 # Turning the admission policy off needs an explicit acknowledgement.
 if out=$("$HELM" template "$RELEASE" "$CHART" --set admissionPolicy.enabled=false 2>&1); then
@@ -171,7 +185,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command host-network; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -233,6 +247,12 @@ bad_case podresources-bool "at '/agent/readPodResources': got string, want boole
   'agent: {readPodResources: "yes"}'
 bad_case node-selector "at '/agent/nodeSelector/disktype': got number, want string" \
   'agent: {nodeSelector: {disktype: 1}}'
+bad_case selinux-key "at '/agent/seLinuxOptions': additional properties 'typ' not allowed" \
+  'agent: {seLinuxOptions: {typ: spc_t}}'
+bad_case hide-kubelet-path "at '/agent/actuation/hideKubeletPaths/0'" \
+  'agent: {actuation: {hideKubeletPaths: [../etc]}}'
+bad_case eviction-namespace "at '/agent/actuation/evictionNamespaces/0'" \
+  'agent: {actuation: {evictionNamespaces: [Team_A]}}'
 
 if out=$("$HELM" template "$RELEASE" "$CHART" --set-string apiServer.port=6443 2>&1); then
   fail "helm template accepted apiServer.port without apiServer.host"
@@ -328,6 +348,37 @@ for w in workloads:
             if m["name"] == "kubelet-dir":
                 check(m.get("mountPropagation") == "HostToContainer",
                       f"{name}/{c['name']}: the kubelet directory mounted with mountPropagation HostToContainer (pod volumes not pinned)")
+    # Any host directory that holds the kubelet's pod volumes (the kubelet directory or one
+    # of its parents) must be mounted HostToContainer, or every pod volume mounted when the
+    # container started stays mounted in its namespace.
+    host_dirs = {v["name"]: v["hostPath"]["path"].rstrip("/") or "/" for v in pod.get("volumes", []) if "hostPath" in v}
+    for c in pod.get("containers", []) + pod.get("initContainers", []):
+        for m in c.get("volumeMounts", []):
+            hp = host_dirs.get(m["name"])
+            if hp and (KUBELET_ROOT == hp or KUBELET_ROOT.startswith(hp.rstrip("/") + "/")):
+                check(m.get("mountPropagation") == "HostToContainer",
+                      f"{name}/{c['name']}: {hp} (holds pod volumes) mounted with mountPropagation HostToContainer")
+    # The kubelet directory's contents the agent never touches are hidden under a read-only
+    # empty directory: pod volumes and secrets, the kubelet's key, plugin sockets.
+    if comp == "agent" and "kubelet-dir" in host_dirs:
+        agent_c = [c for c in pod.get("containers", []) if c["name"] == "agent"][0]
+        hidden = {m["mountPath"]: m for m in agent_c.get("volumeMounts", []) if m["name"] == "kubelet-hidden"}
+        hide_vol = [v for v in pod.get("volumes", []) if v["name"] == "kubelet-hidden"]
+        for sub in ("pods", "pki", "plugins", "plugins_registry", "device-plugins", "pod-resources"):
+            m = hidden.get(f"/host/kubelet/{sub}")
+            check(m is not None and m.get("readOnly") is True,
+                  f"{name}: {KUBELET_ROOT}/{sub} hidden from the agent (read-only empty directory at /host/kubelet/{sub})")
+        check(len(hide_vol) == 1 and "emptyDir" in hide_vol[0] and "hostPath" not in hide_vol[0],
+              f"{name}: the kubelet directory's hidden entries are covered by an emptyDir")
+    if comp in ("agent", "operator"):
+        check((pod.get("nodeSelector") or {}).get("kubernetes.io/os") == "linux",
+              f"{name}: nodeSelector kubernetes.io/os=linux (a Windows node never gets a pod that stays Pending)")
+        sel = (psc.get("seLinuxOptions") or {})
+        if label == "selinux":
+            check(sel == ({"type": "spc_t"} if comp == "agent" else {"type": "container_t", "level": "s0:c1,c2"}),
+                  f"{name}: {comp}.seLinuxOptions rendered as the pod's seLinuxOptions ({sel})")
+        else:
+            check(not sel, f"{name}: no seLinuxOptions by default (the runtime's own label)")
     containers = pod.get("containers", []) + pod.get("initContainers", [])
     mounts_rw = set()
     for c in containers:
@@ -428,7 +479,25 @@ for w in workloads:
         check(any(t.get("operator") == "Exists" and not t.get("key") for t in tolerations),
               f"{name}: tolerates every taint (runs on every node)")
         sys_vol = [v for v in pod.get("volumes", []) if v["name"] == "sys"]
-        check(sys_vol and sys_vol[0]["hostPath"]["path"] == "/sys", f"{name}: /sys hostPath mounted")
+        check(sys_vol and sys_vol[0]["hostPath"]["path"] == "/sys/devices/system",
+              f"{name}: only /sys/devices/system mounted (what discovery reads), not all of /sys")
+        check(not any(v.get("hostPath", {}).get("path", "").rstrip("/") in ("/sys", "/sys/fs", "/sys/fs/cgroup")
+                      for v in pod.get("volumes", [])),
+              f"{name}: /sys itself never mounted (its submounts would stay writable under a read-only bind)")
+        sys_mounts = [m for c in pod.get("containers", []) for m in c.get("volumeMounts", []) if m["name"] == "sys"]
+        check(sys_mounts and all(m.get("readOnly") is True and m["mountPath"] == "/host/sys/devices/system"
+                                 for m in sys_mounts),
+              f"{name}: sysfs mounted read-only at /host/sys/devices/system (--sysfs-root=/host/sys)")
+        args = [a for c in pod.get("containers", []) for a in c.get("args", [])]
+        check("--sysfs-root=/host/sys" in args, f"{name}: --sysfs-root=/host/sys")
+        # Nodes that run no DaemonSet pods of their own are kept out by affinity, not taints.
+        terms = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+        def excluded(key, value):
+            return bool(terms) and all(any(e["key"] == key and e["operator"] == "NotIn" and value in e.get("values", [])
+                                           for e in t.get("matchExpressions", [])) for t in terms)
+        check(excluded("type", "virtual-kubelet") and excluded("eks.amazonaws.com/compute-type", "fargate"),
+              f"{name}: virtual-kubelet and EKS Fargate nodes excluded by node affinity")
     if comp == "operator":
         args = [a for c in pod.get("containers", []) for a in c.get("args", [])]
         # Leader election is on unless --no-leader-election; with several replicas it must be.
@@ -482,9 +551,25 @@ else:
     check(("topology.node.k8s.io", "noderesourcetopologies") not in agent,
           "agent: no NodeResourceTopology access without nrt.enabled")
 # agent.actuation.enabled: evictions through the Eviction API, nothing else on pods.
-if actuation_on:
+evict_roles = [d for d in by_kind("Role") if component(d) == "agent" and d["metadata"]["name"].endswith("-evict")]
+if actuation_on and label == "actuation-evict-ns":
+    # agent.actuation.evictionNamespaces: evictions through a Role in each namespace only.
+    check(("", "pods/eviction") not in agent, "agent (evictionNamespaces): no cluster-wide pods/eviction")
+    check(sorted(d["metadata"]["namespace"] for d in evict_roles) == ["team-a", "team-b"],
+          f"agent (evictionNamespaces): an eviction Role in team-a and team-b ({[d['metadata']['namespace'] for d in evict_roles]})")
+    agent_sa_name = next(d["metadata"]["name"] for d in by_kind("ServiceAccount") if component(d) == "agent")
+    for d in evict_roles:
+        check(d["rules"] == [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}],
+              f"agent (evictionNamespaces): Role {d['metadata']['namespace']}/{d['metadata']['name']} grants pods/eviction create only")
+        rbs = [b for b in by_kind("RoleBinding") if b["metadata"].get("namespace") == d["metadata"]["namespace"]
+               and b["roleRef"]["name"] == d["metadata"]["name"]]
+        check(len(rbs) == 1 and rbs[0]["subjects"] == [{"kind": "ServiceAccount", "name": agent_sa_name, "namespace": NS}],
+              f"agent (evictionNamespaces): RoleBinding in {d['metadata']['namespace']} binds the agent ServiceAccount")
+elif actuation_on:
     agent_allowed[("", "pods/eviction")] = {"create"}
     check(agent.get(("", "pods/eviction")) == {"create"}, "agent (actuation): may create pods/eviction")
+    check(not evict_roles, "agent (actuation): no namespaced eviction Roles without evictionNamespaces")
+if actuation_on:
     # The verify step polls its Node's Ready condition after a kubelet restart.
     agent_allowed[("", "nodes")] = {"get"}
     check(agent.get(("", "nodes")) == {"get"}, "agent (actuation): may get Nodes (verify: Node Ready)")
@@ -502,13 +587,15 @@ if actuation_on:
               "agent (actuation, no process check): no /proc mount, no --host-proc")
     else:
         check(len(proc_vols) == 1 and len(proc_mounts) == 1 and proc_mounts[0].get("readOnly") is True
-              and proc_mounts[0]["mountPath"] == "/host/proc",
-              "agent (actuation): the host's /proc mounted read-only at /host/proc")
+              and proc_mounts[0]["mountPath"] == "/host/proc"
+              and proc_mounts[0].get("recursiveReadOnly") == "IfPossible" and not proc_mounts[0].get("mountPropagation"),
+              "agent (actuation): the host's /proc mounted read-only at /host/proc, recursively where the runtime can (IfPossible)")
         check({"--host-proc=/host/proc", "--kubelet-host-config=/var/lib/kubelet/config.yaml",
                "--kubelet-host-config-dir=/etc/kubernetes/kubelet.conf.d"} <= set(agent_args),
               "agent (actuation): the kubelet process checked against the host paths of its files")
 else:
     check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
+    check(not evict_roles, "agent: no eviction Roles without agent.actuation.enabled")
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
     allowed = agent_allowed.get((group, res), set())
@@ -520,10 +607,10 @@ check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
 if not nrt_on and not actuation_on:
     check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
 check(not {k for k in agent if k[1] == "events"}, "agent: no cluster-wide Events")
-agent_roles = [d for d in by_kind("Role") if component(d) == "agent"]
+agent_roles = [d for d in by_kind("Role") if component(d) == "agent" and d not in evict_roles]
 check(len(agent_roles) == 1 and agent_roles[0]["metadata"].get("namespace") == NS,
       "agent: Events through a Role in the release namespace only")
-agent_ns = grants(rules_of("Role", "agent"), "agent Role")
+agent_ns = grants([r for d in agent_roles for r in d.get("rules", [])], "agent Role")
 check(agent_ns == {("", "events"): {"create", "patch"}, ("events.k8s.io", "events"): {"create", "patch"}},
       f"agent: namespaced Role covers events create/patch only ({agent_ns})")
 
@@ -584,6 +671,10 @@ if vaps and bindings:
     rules = vap["spec"]["matchConstraints"]["resourceRules"]
     res = {r for rule in rules for r in rule["resources"]}
     check({"nodetopologies", "nodetopologies/status"} <= res, "VAP covers nodetopologies and their status")
+    nrt_rules = [r for r in rules if "noderesourcetopologies" in r["resources"]]
+    check(nrt_rules and nrt_rules[0]["apiGroups"] == ["topology.node.k8s.io"]
+          and {"CREATE", "UPDATE", "DELETE"} <= set(nrt_rules[0]["operations"]),
+          "VAP covers NodeResourceTopology writes (topology.node.k8s.io noderesourcetopologies)")
     text = yaml.safe_dump(vap["spec"])
     check("authentication.kubernetes.io/node-name" in text and "request.name" in text,
           "VAP compares the object name with the token's node claim")
@@ -594,12 +685,13 @@ if vaps and bindings:
     env = celpy.Environment()
     def cel(expr, activation):
         return env.program(env.compile(expr)).evaluate(activation)
-    def decide(username, name, extra):
+    def decide(username, name, extra, resource="nodetopologies"):
         """None if the policy does not apply, else the list of denial messages."""
         user = {"username": username}
         if extra is not None:
             user["extra"] = extra
-        request = celpy.json_to_cel({"userInfo": user, "name": name})
+        request = celpy.json_to_cel({"userInfo": user, "name": name,
+                                     "resource": {"resource": resource}})
         if not all(bool(cel(c["expression"], {"request": request})) for c in vap["spec"]["matchConditions"]):
             return None
         variables = {}
@@ -622,9 +714,14 @@ if vaps and bindings:
         no_claim = decide(user, "worker-1", {})
         no_extra = decide(user, "worker-1", None)
         operator_req = decide(operator_user, "worker-2", None)
+        nrt_own = decide(user, "worker-1", {claim: ["worker-1"]}, "noderesourcetopologies")
+        nrt_other = decide(user, "worker-2", {claim: ["worker-1"]}, "noderesourcetopologies")
         check(own == [], f"VAP (CEL) allows the agent on worker-1 to write NodeTopology worker-1 ({own})")
-        check(other and "may write only NodeTopology worker-1, not worker-2" in other[0],
+        check(other and "may write only the nodetopologies named worker-1, not worker-2" in other[0],
               f"VAP (CEL) denies the agent on worker-1 writing worker-2: {other}")
+        check(nrt_own == [], f"VAP (CEL) allows the agent on worker-1 to write NodeResourceTopology worker-1 ({nrt_own})")
+        check(nrt_other and "may write only the noderesourcetopologies named worker-1, not worker-2" in nrt_other[0],
+              f"VAP (CEL) denies the agent on worker-1 writing NodeResourceTopology worker-2: {nrt_other}")
         check(no_claim and "no node claim" in no_claim[0] and no_extra and "no node claim" in no_extra[0],
               f"VAP (CEL) denies an agent token without node claim: {no_claim}")
         check(operator_req is None, "VAP (CEL) does not apply to the operator's ServiceAccount")
@@ -669,7 +766,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "host-network yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"
@@ -738,6 +835,35 @@ elif grep -q "needs agent.actuation.stopCommand" "$WORK/act-cmd.err"; then
   pass "restart=command without commands fails with a clear message"
 else
   fail "restart=command without commands failed without naming the values: $(cat "$WORK/act-cmd.err")"
+fi
+
+# The quoted hooks reach the agent as exactly one argument each, text intact.
+if python3 - "$WORK/actuation-command-tricky.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+args = [a for d in docs if d.get("kind") == "DaemonSet"
+        for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", [])]
+want = ["--kubelet-stop-command=/opt/ctl --reason=nodetopo: stop",
+        "--kubelet-start-command=/opt/ctl start #1",
+        "--kubelet-health-command=/opt/ctl health {a: b}"]
+missing = [w for w in want if w not in args]
+if missing or not all(isinstance(a, str) for a in args):
+    sys.exit(f"hooks not rendered as whole string arguments: missing {missing}; args {args}")
+PY
+then
+  pass "restart=command hooks with ': ', ' #' and '{' render as one quoted argument each, text intact"
+else
+  fail "restart=command hooks with YAML-special text do not render intact"
+fi
+# No shell runs the hooks: shell syntax is refused at render time, naming the value.
+if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set agent.actuation.enabled=true \
+  --set agent.actuation.restart=command --set "agent.actuation.stopCommand=systemctl stop kubelet && true" \
+  --set "agent.actuation.startCommand=/opt/ctl start" >/dev/null 2>"$WORK/act-shell.err"; then
+  fail "helm template accepted a restart=command hook with shell syntax (no shell runs it)"
+elif grep -q "agent.actuation.stopCommand .*has shell syntax, but the agent runs it without a shell" "$WORK/act-shell.err"; then
+  pass "restart=command hook with shell syntax refused, naming the value and why"
+else
+  fail "restart=command hook with shell syntax refused without the expected message: $(cat "$WORK/act-shell.err")"
 fi
 
 if "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set agent.actuation.enabled=true \

@@ -42,6 +42,57 @@ if PATH=/usr/bin:/bin command -v cargo >/dev/null 2>&1; then
 else
   case_ "no cargo stops" 1 "cargo is not installed"
 fi
+
+# Past the preflight, to the image load: every tool a stub that logs its arguments. `kind load
+# docker-image` fails (as under Docker's containerd image store), so the images go through
+# `docker save` into a temp directory and `kind load image-archive`. mktemp is BSD-like
+# (macOS): it refuses GNU's long options such as --suffix.
+log=$stubs/calls.log
+stub mktemp 'for a in "$@"; do case "$a" in --*) echo "mktemp: illegal option -- ${a#--}" >&2; exit 1;; esac; done; exec /usr/bin/mktemp "$@"'
+stub cargo "echo \"cargo \$*\" >>'$log'"
+stub helm "echo \"helm \$*\" >>'$log'; case \"\$*\" in *version*) echo v4.1.4;; esac"
+stub kubectl "echo \"kubectl \$*\" >>'$log'"
+stub kind "echo \"kind \$*\" >>'$log'
+case \"\$*\" in
+  version*) echo 'kind v0.33.0 go1.24 linux/amd64';;
+  'load docker-image'*) exit 1;;
+  'load image-archive'*) a=\"\$(eval echo \\\${\$#})\"; [ -s \"\$a\" ] && echo \"archive ok \$a\" >>'$log';;
+esac"
+docker_stub() { # $1: what `docker save --platform` does (ok | unknown-flag)
+  stub docker "echo \"docker \$*\" >>'$log'
+case \"\$*\" in
+  *NCPU*) echo 8;;
+  *Server.Os*) echo linux/arm64;;
+  'save --platform'*) [ $1 = ok ] || { echo 'unknown flag: --platform' >&2; exit 125; }; o=\$5; echo tar >\"\$o\";;
+  save*) echo tar >\"\$3\";;
+  info*) echo 28.0;;
+esac"
+}
+full_run() { # name, what docker save --platform does, want in the log
+  local name=$1 mode=$2 want=$3 out rc
+  : >"$log"
+  docker_stub "$mode"
+  out=$(env -i HOME="$HOME" TMPDIR="$stubs" PATH="$stubs/bin:/usr/bin:/bin" bash e2e/run.sh 2>&1)
+  rc=$?
+  local leftover
+  leftover=$(find "$stubs" -maxdepth 1 -name 'nodetopo-e2e-images.*')
+  if [[ $rc == 0 && $out == *"== e2e passed"* && $(grep -c "^archive ok $stubs/nodetopo-e2e-images\..*/images.tar$" "$log") == 2 ]] &&
+    grep -qE "$want" "$log" && [[ -z $leftover ]]; then
+    passed=$((passed + 1))
+    echo "ok   - $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL - $name: exit $rc, leftover temp dirs: '$leftover', output: $out, calls: $(cat "$log")" >&2
+  fi
+}
+full_run "image load fallback: docker save --platform of the engine's platform into a portable temp dir, removed after" ok \
+  "^docker save --platform linux/arm64 -o $stubs/nodetopo-e2e-images\.[^/]+/images\.tar nodetopo/nodetopo-operator:e2e nodetopo/nodetopo-agent:e2e$"
+full_run "image load fallback on Docker < 28 (no save --platform): a plain docker save" unknown-flag \
+  "^docker save -o $stubs/nodetopo-e2e-images\.[^/]+/images\.tar busybox:1.36$"
+rm "$stubs/bin/cargo" "$stubs/bin/helm" "$stubs/bin/kubectl" "$stubs/bin/mktemp"
+stub kind 'echo "kind v0.33.0 go1.24 linux/amd64"'
+stub docker 'case "$*" in *NCPU*) echo 8;; *) echo 28.0;; esac'
+
 rm "$stubs/bin/kind"
 case_ "no kind is a skip" 0 "SKIPPED: e2e: kind is not installed"
 echo "preflight: $passed passed, $failed failed"

@@ -12,8 +12,8 @@
 # 3. builds the operator and agent images from the workspace (Dockerfile targets);
 # 4. creates the kind cluster of e2e/kind-config.yaml (two workers with the static CPU manager)
 #    on the pinned node image;
-# 5. loads the images into kind (`kind load docker-image`, or `docker save | kind load
-#    image-archive` where the containerd image store makes the first fail) and installs
+# 5. loads the images into kind (`kind load docker-image`, or `docker save --platform | kind
+#    load image-archive` where the containerd image store makes the first fail) and installs
 #    charts/nodetopo with them;
 # 6. runs the e2e test crate (NODETOPO_E2E=1 cargo test -p nodetopo-e2e --test kind);
 # 7. deletes the cluster (unless NODETOPO_E2E_KEEP_CLUSTER=1).
@@ -131,16 +131,30 @@ kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_FILE"
 "$KUBECTL" get nodes -o wide
 
 echo "== load images"
-# `kind load docker-image` fails with Docker's containerd image store (the default of recent
-# Docker) for some images; an archive from `docker save` loads either way.
+# `kind load docker-image` fails under Docker's containerd image store (the default of Docker
+# Desktop and of new Docker 29 installs) for images pulled from a multi-platform index: its
+# `docker save` archive carries the whole index while only this platform's blobs were pulled
+# (kubernetes-sigs/kind#3795). An archive of this platform alone loads either way: `docker
+# save --platform` (Docker >= 28), else a plain `docker save`.
+DOCKER_PLATFORM=$(docker version --format '{{.Server.Os}}/{{.Server.Arch}}' 2>/dev/null || true)
 load() {
   kind load docker-image --name "$CLUSTER" "$@" && return 0
-  echo "note: 'kind load docker-image' failed; loading through 'docker save | kind load image-archive'"
-  local archive
-  archive=$(mktemp --suffix=.tar)
-  docker save "$@" -o "$archive" && kind load image-archive --name "$CLUSTER" "$archive"
-  local rc=$?
-  rm -f "$archive"
+  echo "note: 'kind load docker-image' failed; loading through 'docker save${DOCKER_PLATFORM:+ --platform $DOCKER_PLATFORM} | kind load image-archive'"
+  local dir rc
+  # mktemp -d with a template: GNU and BSD (macOS) alike; --suffix is GNU-only.
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/nodetopo-e2e-images.XXXXXX") || return 1
+  if [[ -n $DOCKER_PLATFORM ]] && docker save --platform "$DOCKER_PLATFORM" -o "$dir/images.tar" "$@"; then
+    rc=0
+  else
+    [[ -n $DOCKER_PLATFORM ]] && echo "note: 'docker save --platform' failed (Docker < 28 has no --platform); trying a plain 'docker save'"
+    docker save -o "$dir/images.tar" "$@"
+    rc=$?
+  fi
+  if ((rc == 0)); then
+    kind load image-archive --name "$CLUSTER" "$dir/images.tar"
+    rc=$?
+  fi
+  rm -rf "$dir"
   return $rc
 }
 load "$OPERATOR_IMAGE" "$AGENT_IMAGE" || die "could not load the nodetopo images into kind"

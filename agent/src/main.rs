@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod actuate;
 mod daemon;
 mod state_dir;
+mod preflight;
 
 /// nodetopo node agent and offline CPU-placement tools.
 #[derive(Debug, Parser)]
@@ -30,6 +31,10 @@ enum Command {
     /// Make the kubelet run a policy's CPU/topology-manager settings (drop-in, state
     /// rewrite, restart, verify, roll back on failure); see docs/actuation.md.
     Apply(Box<actuate::Args>),
+    /// Check this node for actuation (the kubelet's --config-dir and --config, the drop-in
+    /// directory, systemd's socket) and print the exact change for each gap; see
+    /// docs/node-setup.md.
+    Preflight(preflight::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
         Command::Run(a) => daemon::run(*a),
         Command::PrepareStateDir(a) => state_dir::run(a),
         Command::Apply(a) => actuate::run(*a),
+        Command::Preflight(a) => preflight::run(a),
     };
     match result {
         Ok(code) => code,

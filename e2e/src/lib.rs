@@ -8,10 +8,12 @@
 //!
 //! The library holds what the test needs, all of it unit-tested without a cluster:
 //! [`config`] (settings from the environment), [`objects`] (reading NodeTopology and
-//! NodeResourcePolicy by DESIGN.md's published shapes; test manifests), [`wait`] (waiting on
+//! NodeResourcePolicy by DESIGN.md's published shapes; test manifests), [`mounts`] (the agent
+//! container's mounts read from the host's /proc), [`wait`] (waiting on
 //! watched collections, never on sleeps) and [`shell`] (`kubectl exec`, `helm`).
 
 pub mod config;
+pub mod mounts;
 pub mod objects;
 pub mod pods;
 pub mod scenario;

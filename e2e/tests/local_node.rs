@@ -21,6 +21,7 @@ use kube::ResourceExt;
 use nodetopo_controlplane::node::{self, free_port, LocalNode, NodeOptions, TESTNODE_IMAGE};
 use nodetopo_controlplane::server::tail;
 use nodetopo_controlplane::{tools, workspace_binary, ControlPlane, LOCAL_NODE};
+use nodetopo_e2e::mounts;
 use nodetopo_e2e::pods::Workload;
 use nodetopo_e2e::scenario::{KubeletRecords, Provider, Scenario, Settings, TestDevice};
 use nodetopo_engine::CpuSet;
@@ -286,6 +287,10 @@ impl Provider for Local<'_> {
     }
 
     async fn helm_uninstall(&self) -> Result<()> {
+        // Before the agent goes: the chart's mounts as the running agent has them (issue 26).
+        for fact in agent_mounts()? {
+            println!("[local-node] agent mounts: {fact}");
+        }
         tools::run(
             &self.helm,
             &[
@@ -301,6 +306,47 @@ impl Provider for Local<'_> {
         )?;
         Ok(())
     }
+}
+
+/// The chart's default `agent.actuation.hideKubeletPaths`.
+const HIDDEN_KUBELET_PATHS: [&str; 6] = [
+    "pods",
+    "pki",
+    "plugins",
+    "plugins_registry",
+    "device-plugins",
+    "pod-resources",
+];
+
+/// The running agent's mounts, checked from the host's `/proc` against the kubelet's own
+/// view of its directory ([`mounts::check_agent`]).
+fn agent_mounts() -> Result<Vec<String>> {
+    let proc_root = Path::new("/proc");
+    // The chart's agent (other tests on the machine may run `nodetopo-agent run --local`).
+    let agents = mounts::pids(proc_root, |a| {
+        mounts::program_is(a, "nodetopo-agent")
+            && a.get(1).is_some_and(|s| s == "run")
+            && a.iter().any(|s| s == "--sysfs-root=/host/sys")
+            && a.iter().any(|s| s == "--actuation")
+    })?;
+    let [agent] = agents.as_slice() else {
+        bail!("expected one `nodetopo-agent run` process, found {agents:?}");
+    };
+    let kubelets = mounts::pids(proc_root, |a| mounts::program_is(a, "kubelet"))?;
+    let [kubelet] = kubelets.as_slice() else {
+        bail!("expected one kubelet process, found {kubelets:?}");
+    };
+    let argv = mounts::argv(proc_root, &kubelet.to_string()).context("the kubelet's argv")?;
+    let root_dir = argv
+        .iter()
+        .find_map(|a| a.strip_prefix("--root-dir="))
+        .unwrap_or("/var/lib/kubelet");
+    let kubelet_pods = proc_root
+        .join(kubelet.to_string())
+        .join("root")
+        .join(root_dir.trim_start_matches('/'))
+        .join("pods");
+    mounts::check_agent(proc_root, *agent, &HIDDEN_KUBELET_PATHS, &kubelet_pods)
 }
 
 /// Serves the agent's kubelet hooks (`nodetopo-testnode kubelet-ctl URL`): `GET /stop`,

@@ -25,23 +25,21 @@ const NS: &str = "nodetopo-sec";
 const NODE_A: &str = "sec-node-a";
 const NODE_B: &str = "sec-node-b";
 
-/// Renders the chart and returns its documents.
-fn render(cp: &ControlPlane) -> Vec<Value> {
+/// Renders the chart as release `release` in `ns` (with `values`, e.g. `--set k=v`) and
+/// returns its documents.
+pub(crate) fn render(cp: &ControlPlane, release: &str, ns: &str, values: &[&str]) -> Vec<Value> {
     let t = tools::tools().expect("helm and kubectl (.ci/chart-check.sh --tools)");
-    let yaml = tools::run(
-        &t.helm,
-        &[
-            "template",
-            RELEASE,
-            "charts/nodetopo",
-            "--namespace",
-            NS,
-            "--api-versions",
-            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
-        ],
-        cp.kubeconfig(),
-    )
-    .expect("helm template");
+    let mut args = vec![
+        "template",
+        release,
+        "charts/nodetopo",
+        "--namespace",
+        ns,
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    ];
+    args.extend_from_slice(values);
+    let yaml = tools::run(&t.helm, &args, cp.kubeconfig()).expect("helm template");
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&yaml) {
         let v: Value = serde::Deserialize::deserialize(doc).expect("rendered YAML parses");
@@ -52,8 +50,14 @@ fn render(cp: &ControlPlane) -> Vec<Value> {
     docs
 }
 
-/// Applies the rendered objects of the given kinds (server-side apply, as the admin).
-async fn apply_kinds(client: &Client, docs: &[Value], kinds: &[&str]) -> Vec<Value> {
+/// Applies the rendered objects of the given kinds (server-side apply, as the admin);
+/// namespaced objects without a namespace of their own go to `ns`.
+pub(crate) async fn apply_kinds(
+    client: &Client,
+    docs: &[Value],
+    kinds: &[&str],
+    ns: &str,
+) -> Vec<Value> {
     let mut applied = Vec::new();
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default();
@@ -76,7 +80,8 @@ async fn apply_kinds(client: &Client, docs: &[Value], kinds: &[&str]) -> Vec<Val
             .unwrap_or_else(|e| panic!("discovering {kind}: {e}"));
         let name = doc["metadata"]["name"].as_str().expect("named").to_string();
         let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), NS, &ar)
+            let obj_ns = doc["metadata"]["namespace"].as_str().unwrap_or(ns);
+            Api::namespaced_with(client.clone(), obj_ns, &ar)
         } else {
             Api::all_with(client.clone(), &ar)
         };
@@ -92,7 +97,7 @@ async fn apply_kinds(client: &Client, docs: &[Value], kinds: &[&str]) -> Vec<Val
     applied
 }
 
-fn component_sa(docs: &[Value], component: &str) -> String {
+pub(crate) fn component_sa(docs: &[Value], component: &str) -> String {
     docs.iter()
         .find(|d| {
             d["kind"] == "ServiceAccount"
@@ -105,13 +110,19 @@ fn component_sa(docs: &[Value], component: &str) -> String {
 
 /// Tally of the requests tried.
 #[derive(Default)]
-struct Cases {
-    tried: usize,
-    wrong: Vec<String>,
+pub(crate) struct Cases {
+    pub(crate) tried: usize,
+    pub(crate) wrong: Vec<String>,
 }
 
 impl Cases {
-    fn check<T>(&mut self, who: &str, what: &str, want_allowed: bool, got: Result<T, kube::Error>) {
+    pub(crate) fn check<T>(
+        &mut self,
+        who: &str,
+        what: &str,
+        want_allowed: bool,
+        got: Result<T, kube::Error>,
+    ) {
         self.tried += 1;
         let (allowed, detail) = match &got {
             Ok(_) => (true, "allowed".to_string()),
@@ -180,7 +191,7 @@ async fn chart_rbac_and_admission_policy_are_enforced() {
     let Some(cp) = control_plane() else { return };
     install_crds(cp).await;
     let admin = cp.client();
-    let docs = render(cp);
+    let docs = render(cp, RELEASE, NS, &[]);
     cp.ensure_service_account(NS, "default")
         .await
         .expect("namespace");
@@ -193,7 +204,7 @@ async fn chart_rbac_and_admission_policy_are_enforced() {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ];
-    let applied = apply_kinds(&admin, &docs, &kinds).await;
+    let applied = apply_kinds(&admin, &docs, &kinds, NS).await;
     let vap: Vec<&Value> = applied
         .iter()
         .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
