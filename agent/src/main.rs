@@ -7,8 +7,8 @@ use clap::{Parser, Subcommand};
 
 mod actuate;
 mod daemon;
-mod state_dir;
 mod preflight;
+mod state_dir;
 
 /// nodetopo node agent and offline CPU-placement tools.
 #[derive(Debug, Parser)]

@@ -391,14 +391,15 @@ fn static_memory_manager_from_podresources() {
         block("hugepages-1Gi", 4 * GI, 0),
         block("hugepages-1Gi", 3 * GI, 1),
     ];
-    let pinned = |size: u64, nodes: Vec<i64>| crate::daemon::inputs::podresources::ContainerMemory {
-        namespace: "default".into(),
-        pod: "a".into(),
-        container: "app".into(),
-        memory_type: "memory".into(),
-        size,
-        numa_nodes: nodes,
-    };
+    let pinned =
+        |size: u64, nodes: Vec<i64>| crate::daemon::inputs::podresources::ContainerMemory {
+            namespace: "default".into(),
+            pod: "a".into(),
+            container: "app".into(),
+            memory_type: "memory".into(),
+            size,
+            numa_nodes: nodes,
+        };
     view.memory = vec![pinned(2 * GI, vec![0]), pinned(60 * GI, vec![1, 0])];
     core.apply(Event::PodResources(Ok(Some(view.clone()))));
     let st = core.status(&[], &now());
