@@ -184,7 +184,6 @@ pub fn node_config(
         tm_scope: *scope,
         tm_options,
         devices: Vec::new(),
-        device_resources: Vec::new(),
         memory: MemoryManagerConfig::None,
     })
 }
