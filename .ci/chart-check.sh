@@ -885,19 +885,26 @@ import re, sys, yaml
 work = sys.argv[1]
 text = open("docs/install.md").read()
 section = text.split("\n## RBAC\n", 1)[1].split("\n## ", 1)[0]
-rows, who = [], None
+rows, who, roles_table = [], None, False
 for line in section.splitlines():
     m = re.match(r"(Operator|Agent) \((ClusterRole|Role) ", line)
     if m:
         who = (m.group(1).lower(), m.group(2))
         continue
+    # Only the tables headed "| resource | verbs | why |" list rules; the section's other
+    # table (what is enforced where) names resources too and must not be read as rules.
+    if line.startswith("| ") and not line.startswith("| `") and not line.startswith("| ---"):
+        roles_table = line.replace(" ", "").startswith("|resource|verbs|")
+        continue
+    if not line.startswith("|"):
+        roles_table = False
     cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else None
-    if not cells or who is None:
+    if not cells or who is None or not roles_table:
         continue
     res_cell, verbs_cell = cells[0], cells[1]
     resource = re.match(r"`([^`]+)`", res_cell).group(1)
     kind = "Role" if re.search(r"\((same )?Role\b", res_cell) else who[1]
-    only = set(re.findall(r"`([a-zA-Z.]+\.enabled)`", res_cell)) if "(only" in res_cell else set()
+    only = set(re.findall(r"`([a-zA-Z.]+\.enabled)`", res_cell)) if re.search(r"\bonly\b", res_cell) else set()
     named = " named " in res_cell
     verbs = {v.strip() for v in re.split(r"[,;]", verbs_cell) if v.strip()}
     rows.append((who[0], kind, resource, named, frozenset(verbs), frozenset(only)))
