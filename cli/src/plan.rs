@@ -473,6 +473,7 @@ fn variants(
         tm_scope,
         tm_options,
         devices,
+        device_resources: Vec::new(),
         memory,
     };
     let explicit = args.cpu.policy.is_some()
@@ -596,6 +597,7 @@ fn parse_devices(items: &[String], topology: &CpuTopology) -> anyhow::Result<Vec
                     resource: resource.to_string(),
                     id: format!("{base}-{n}"),
                     numa_nodes: numa_nodes.clone(),
+                    healthy: true,
                 });
                 n += 1;
             }

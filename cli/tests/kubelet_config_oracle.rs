@@ -162,7 +162,8 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         );
     }
     if r.chance(25) {
-        // Real gate names (the kubelet refuses unknown ones); null deletes in a drop-in.
+        // Real gate names (the kubelet refuses unknown ones); null deletes in a drop-in and
+        // is false in the --config file.
         let gates = [
             "CPUManagerPolicyAlphaOptions",
             "CPUManagerPolicyBetaOptions",
@@ -170,11 +171,7 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
         ];
         out.push_str("featureGates:\n");
         for g in gates.iter().take(1 + r.below(gates.len())) {
-            let v = if !config_file && r.chance(20) {
-                null(r)
-            } else {
-                boolean(r)
-            };
+            let v = if r.chance(20) { null(r) } else { boolean(r) };
             out.push_str(&format!("  {g}: {v}\n"));
         }
     }
@@ -562,4 +559,88 @@ fn config_reading_agrees_with_the_kubelet() {
         ours_exact + ours_overridden
     );
     assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10);
+}
+
+/// A case of one `--config` file (`body` after the apiVersion/kind head) and an empty
+/// drop-in directory.
+fn config_only(body: &str) -> Case {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("conf.d")).expect("conf.d");
+    write(&dir.path().join("config.yaml"), &format!("{HEAD}{body}"));
+    Case {
+        dir,
+        fault: None,
+        ours: None,
+    }
+}
+
+/// go-yaml v2's aliasing limit, as the kubelet meets it: documents around the threshold of
+/// "document contains excessive aliasing" (aliases of sequences of several sizes, merge
+/// keys through aliases, a billion laughs of 1.4 KB) are read or refused by nodetopo exactly
+/// where the kubelet reads or refuses them.
+#[test]
+fn aliasing_limits_agree_with_the_kubelet() {
+    let Some(bin) = oracle_or_skip() else {
+        return;
+    };
+    let mut bodies = Vec::new();
+    for size in [9, 50, 99, 200] {
+        for count in [5, 50, 99, 100, 101, 150, 300, 1000] {
+            let items = vec!["x"; size].join(", ");
+            let aliases = vec!["*a"; count].join(", ");
+            bodies.push(format!(
+                "a: &a [{items}]\nb: [{aliases}]\ncpuManagerPolicy: static\n"
+            ));
+        }
+    }
+    for count in [50, 120, 400, 2000] {
+        let mut body = String::from("base: &m {k0: v, k1: v, k2: v, k3: v}\n");
+        body.push_str("maps:\n");
+        for i in 0..count {
+            if i % 2 == 0 {
+                body.push_str(&format!("- {{<<: *m, own{i}: x}}\n"));
+            } else {
+                body.push_str(&format!("- {{<<: [*m, *m], own{i}: x}}\n"));
+            }
+        }
+        bodies.push(body);
+    }
+    // A billion laughs: nine levels of ten aliases, 1.4 KB.
+    let mut bomb = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..9 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    assert!(bomb.len() < 1500, "{}", bomb.len());
+    bodies.push(bomb);
+    let cases: Vec<Case> = bodies.iter().map(|b| config_only(b)).collect();
+    let answers = ask(&bin, &cases);
+    let (mut read, mut refused) = (0, 0);
+    for ((case, answer), body) in cases.iter().zip(&answers).zip(&bodies) {
+        let ours = read_config(&case.config(), Some(&case.config_dir()));
+        match (&ours, answer.ok) {
+            (Ok(_), true) => read += 1,
+            (Err(e), false) => {
+                refused += 1;
+                assert!(
+                    answer.error.contains("excessive aliasing")
+                        && format!("{e:#}").contains("excessive aliasing"),
+                    "refused for another reason: kubelet {:?}, nodetopo {e:#}\n{body}",
+                    answer.error
+                );
+            }
+            (Ok(_), false) => panic!(
+                "the kubelet refuses what nodetopo reads: {}\n{body}",
+                answer.error
+            ),
+            (Err(e), true) => panic!("nodetopo refuses what the kubelet reads: {e:#}\n{body}"),
+        }
+    }
+    println!(
+        "aliasing limits: {} documents, {read} read by both, {refused} refused by both",
+        bodies.len()
+    );
+    assert!(read > 0 && refused > 1);
 }

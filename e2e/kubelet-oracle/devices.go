@@ -54,6 +54,8 @@ type deviceJSON struct {
 	ID       string `json:"id"`
 	// NUMA node ids of the device's TopologyInfo; empty: no topology (Topology nil).
 	NUMA []int `json:"numa,omitempty"`
+	// Unhealthy: the plugin lists the device with Health "Unhealthy".
+	Unhealthy bool `json:"unhealthy,omitempty"`
 }
 
 // devicesAnswer is what the device manager holds for a pod: container -> resource -> ids.
@@ -67,14 +69,19 @@ type devicesAnswer map[string]map[string][]string
 type inPlacePlugin struct {
 	resource string
 	devices  map[string]deviceJSON
+	// noPreferred: the plugin does not offer GetPreferredAllocation (the manager then
+	// picks within each group in Go set order).
+	noPreferred bool
+	// socket names the plugin's endpoint (several plugins may serve one resource).
+	socket string
 }
 
 func (p *inPlacePlugin) API() pluginapi.DevicePluginClient { return p }
 func (p *inPlacePlugin) Resource() string                  { return p.resource }
-func (p *inPlacePlugin) SocketPath() string                { return "in-process:" + p.resource }
+func (p *inPlacePlugin) SocketPath() string                { return "in-process:" + p.socket }
 
 func (p *inPlacePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty, ...grpc.CallOption) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: !p.noPreferred}, nil
 }
 
 func (p *inPlacePlugin) ListAndWatch(context.Context, *pluginapi.Empty, ...grpc.CallOption) (grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse], error) {
@@ -194,14 +201,42 @@ func startDeviceManager(ctx context.Context, c *caseJSON, tm topologymanager.Man
 		}
 		byResource[d.Resource][d.ID] = d
 	}
+	for _, r := range c.DeviceResources {
+		if byResource[r] != nil {
+			_ = dm.Stop(logger)
+			return nil, fmt.Errorf("deviceResources: %s also has devices", r)
+		}
+		byResource[r] = map[string]deviceJSON{}
+		names = append(names, r)
+	}
 	sort.Strings(names)
+	noPreferred := sets.New(c.NoPreferred...)
+	shadowed := sets.New(c.Shadowed...)
 	for _, r := range names {
-		p := &inPlacePlugin{resource: r, devices: byResource[r]}
+		if shadowed.Has(r) {
+			// A first plugin for the same resource on its own socket: it lists one ghost
+			// device on every NUMA node. The manager keeps one device list per resource,
+			// replaced by each plugin's ListAndWatch, and allocates through the plugin
+			// that connected last.
+			ghost := &inPlacePlugin{resource: r, devices: map[string]deviceJSON{}, socket: r + "#shadow"}
+			var list []*pluginapi.Device
+			for _, n := range nodes {
+				id := fmt.Sprintf("ghost-%d", n.Id)
+				ghost.devices[id] = deviceJSON{Resource: r, ID: id, NUMA: []int{n.Id}}
+				list = append(list, &pluginapi.Device{ID: id, Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(n.Id)}}}})
+			}
+			if err := dm.PluginConnected(ctx, r, ghost); err != nil {
+				_ = dm.Stop(logger)
+				return nil, fmt.Errorf("shadow plugin %s: %w", r, err)
+			}
+			dm.PluginListAndWatchReceiver(logger, r, &pluginapi.ListAndWatchResponse{Devices: list})
+		}
+		p := &inPlacePlugin{resource: r, devices: byResource[r], noPreferred: noPreferred.Has(r), socket: r}
 		if err := dm.PluginConnected(ctx, r, p); err != nil {
 			_ = dm.Stop(logger)
 			return nil, fmt.Errorf("plugin %s: %w", r, err)
 		}
-		var list []*pluginapi.Device
+		list := []*pluginapi.Device{}
 		ids := make([]string, 0, len(p.devices))
 		for id := range p.devices {
 			ids = append(ids, id)
@@ -209,6 +244,9 @@ func startDeviceManager(ctx context.Context, c *caseJSON, tm topologymanager.Man
 		sort.Strings(ids)
 		for _, id := range ids {
 			d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+			if p.devices[id].Unhealthy {
+				d.Health = pluginapi.Unhealthy
+			}
 			if n := p.devices[id].NUMA; len(n) > 0 {
 				d.Topology = &pluginapi.TopologyInfo{}
 				for _, x := range n {

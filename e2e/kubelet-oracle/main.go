@@ -108,7 +108,8 @@ type podJSON struct {
 }
 
 type opJSON struct {
-	// "admit", "readmit" (uid: admit an admitted pod again) or "remove".
+	// "admit", "readmit" (uid: admit an admitted pod again), "retry" (uid: admit a rejected
+	// pod again, same UID) or "remove".
 	Op  string   `json:"op"`
 	Pod *podJSON `json:"pod,omitempty"`
 	UID string   `json:"uid,omitempty"`
@@ -132,6 +133,13 @@ type caseJSON struct {
 	// Devices: when present, the device manager runs (devices.go), registered as the first
 	// hint provider, as the kubelet's container manager registers it.
 	Devices []deviceJSON `json:"devices,omitempty"`
+	// DeviceResources: resources whose plugin registers and lists no device.
+	DeviceResources []string `json:"deviceResources,omitempty"`
+	// NoPreferred: resources whose plugin does not offer GetPreferredAllocation.
+	NoPreferred []string `json:"noPreferred,omitempty"`
+	// Shadowed: resources served by two plugins: a first one (its own socket) lists a
+	// different device set, then the case's plugin registers and lists the case's devices.
+	Shadowed []string `json:"shadowed,omitempty"`
 }
 
 // memoryJSON is the memory manager's configuration: --reserved-memory per NUMA node id,
@@ -581,7 +589,7 @@ func (r *oracleRun) start(dir string) *caseFailure {
 	if err := r.policy.Start(logger, r.st); err != nil {
 		return configFailure("cpu manager: " + err.Error())
 	}
-	if len(c.Devices) > 0 {
+	if len(c.Devices) > 0 || len(c.DeviceResources) > 0 {
 		dm, err := startDeviceManager(r.ctx, c, r.tm, nodes, r.activePods)
 		if err != nil {
 			return inputFailure(err.Error())
@@ -656,7 +664,7 @@ func (r *oracleRun) runOps(ans *answerJSON) *caseFailure {
 		var res opResult
 		var err error
 		switch op.Op {
-		case "admit", "readmit":
+		case "admit", "readmit", "retry":
 			res, err = r.admit(i, op)
 		case "remove":
 			res, err = r.remove(i, op)
@@ -683,6 +691,14 @@ func (r *oracleRun) admit(i int, op opJSON) (opResult, error) {
 			return opResult{Admit: true, Skipped: true}, nil
 		}
 		pod = r.pods[op.UID]
+	} else if op.Op == "retry" {
+		// A rejected pod (same UID) admitted again; skipped when it is admitted or gone.
+		p, known := r.pods[op.UID]
+		if !known || r.admitted[op.UID] {
+			return opResult{Admit: true, Skipped: true}, nil
+		}
+		pod = p
+		r.active = append(r.active, pod)
 	} else {
 		if op.Pod == nil {
 			return opResult{}, fmt.Errorf("ops[%d]: admit without pod", i)

@@ -72,6 +72,7 @@ fn variants(t: &CpuTopology) -> Vec<NodeConfig> {
                 max_allowable_numa_nodes: numa.max(8),
             },
             devices: vec![],
+            device_resources: vec![],
             // Presets without per-node memory sizes run without the Memory Manager, as
             // `plan` does.
             memory: if t.numa_nodes().iter().all(|n| n.memory_bytes.is_some()) {

@@ -98,17 +98,31 @@ impl OptionTable {
             let Some(gate) = self.gate(o.maturity) else {
                 continue;
             };
+            // component-base: a gate set by name wins; otherwise `AllAlpha` sets every
+            // alpha gate and `AllBeta` every beta gate (the `...AlphaOptions` gates are
+            // alpha, the `...BetaOptions` gates beta); otherwise the default (beta on).
+            let all = match o.maturity {
+                Maturity::Alpha => "AllAlpha",
+                _ => "AllBeta",
+            };
             let default = o.maturity == Maturity::Beta;
-            if !gates.get(&gate).copied().unwrap_or(default) {
+            let (value, why) = match (gates.get(&gate), gates.get(all)) {
+                (Some(v), _) => (*v, "the kubelet's configuration sets it false".to_string()),
+                (None, Some(v)) => (
+                    *v,
+                    format!("the kubelet's configuration sets {all} false and does not set {gate}"),
+                ),
+                (None, None) => (
+                    default,
+                    "it is off by default and the kubelet's configuration does not set it"
+                        .to_string(),
+                ),
+            };
+            if !value {
                 out.push(format!(
-                    "{}: {name} is {} in the kubelet, which refuses it unless featureGates.{gate} is true ({})",
+                    "{}: {name} is {} in the kubelet, which refuses it unless featureGates.{gate} is true ({why})",
                     self.field,
                     o.maturity.label(),
-                    match gates.get(&gate) {
-                        Some(_) => "the kubelet's configuration sets it false".to_string(),
-                        None => "it is off by default and the kubelet's configuration does not set it"
-                            .to_string(),
-                    }
                 ));
             }
         }

@@ -258,6 +258,7 @@ fn devices_and_memory_steer_the_hint() {
         resource: "example.com/nic".into(),
         id: "nic0".into(),
         numa_nodes: vec![1],
+        healthy: true,
     }];
     // The kubelet's Static policy needs some reserved regular memory: 1 MiB on node 0.
     cfg.memory = MemoryManagerConfig::Static {
@@ -446,6 +447,7 @@ proptest! {
                 (x, y) if y == n || x == y => vec![x],
                 (x, y) => vec![x, y],
             },
+            healthy: true,
         }).collect();
         let ids: Vec<usize> = (0..n).collect();
         let dm = DeviceManager::new(&specs, &ids).unwrap();
@@ -541,4 +543,175 @@ fn explained_admission_records_the_providers_and_changes_nothing() {
         .admit_explained(&pod("x", vec![], vec![container("m", 1, &[])]), "nope")
         .1
         .is_none());
+}
+
+/// Issue 28's example (kubelet v1.37.2, oracle-checked): preset xeon-8490h-2p-snc2 (4 NUMA
+/// nodes of 60 CPUs), one `example.com/nic` on each node, best-effort, a container with 80
+/// CPUs and `example.com/nic: "0"`. The device manager keeps the zero request, so its hints
+/// are every mask with single nodes preferred; the CPU manager's narrowest masks have two
+/// nodes; the merged hint is a two-node mask, not preferred (before the fix: `{0,1}`
+/// preferred, the zero request dropped). Under single-numa-node the pod is rejected, and
+/// restricted rejects it too (no preferred hint).
+#[test]
+fn zero_device_request_still_gives_hints() {
+    let topology = nodetopo_engine::presets::build("xeon-8490h-2p-snc2").unwrap();
+    let ids: Vec<usize> = topology.numa_nodes().iter().map(|n| n.id).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    let devices: Vec<DeviceSpec> = ids
+        .iter()
+        .map(|n| DeviceSpec {
+            resource: "example.com/nic".into(),
+            id: format!("nic{n}"),
+            numa_nodes: vec![*n],
+            healthy: true,
+        })
+        .collect();
+    let p = pod(
+        "big",
+        vec![],
+        vec![container("main", 80, &[("example.com/nic", 0)])],
+    );
+    for (policy, admitted) in [
+        (TmPolicy::BestEffort, true),
+        (TmPolicy::Restricted, false),
+        (TmPolicy::SingleNumaNode, false),
+    ] {
+        let mut cfg = config(
+            "0",
+            StaticPolicyOptions::default(),
+            policy,
+            TmScope::Container,
+        );
+        cfg.devices = devices.clone();
+        let mut a = NodeAdmitter::new(topology.clone(), &cfg).unwrap();
+        let r = a.admit(&p);
+        assert_eq!(r.admitted(), admitted, "{policy:?}: {r:?}");
+        if admitted {
+            let h = a.hint(&p.uid, "main").unwrap();
+            assert_eq!(h.affinity.unwrap().count(), 2, "{policy:?}: {h:?}");
+            assert!(!h.preferred, "{policy:?}: {h:?}");
+            // Nothing allocated for a zero request.
+            assert!(a.devices().allocated(&p.uid, "main").is_none());
+        } else {
+            assert_eq!(r.rejections[0].reason, "TopologyAffinityError");
+        }
+    }
+}
+
+/// A resource whose plugin lists no healthy device is still a device-plugin resource: the
+/// kubelet refuses a container asking for it, even for 0 (`devicesToAllocate` checks for a
+/// healthy device before the request size); a zero request of a resource with healthy
+/// devices allocates nothing.
+#[test]
+fn resource_without_healthy_devices_refuses_even_zero() {
+    let t = machine(2, 4, 1, 1);
+    let mut cfg = config(
+        "0",
+        StaticPolicyOptions::default(),
+        TmPolicy::BestEffort,
+        TmScope::Container,
+    );
+    cfg.device_resources = vec!["example.com/empty".into()];
+    cfg.devices = vec![
+        DeviceSpec {
+            resource: "example.com/sick".into(),
+            id: "s0".into(),
+            numa_nodes: vec![0],
+            healthy: false,
+        },
+        DeviceSpec {
+            resource: "example.com/ok".into(),
+            id: "k0".into(),
+            numa_nodes: vec![1],
+            healthy: true,
+        },
+    ];
+    let mut a = NodeAdmitter::new(t, &cfg).unwrap();
+    for res in ["example.com/empty", "example.com/sick"] {
+        let p = pod(res, vec![], vec![container("main", 1, &[(res, 0)])]);
+        let r = a.admit(&p);
+        assert!(!r.admitted());
+        assert_eq!(r.rejections[0].reason, "UnexpectedAdmissionError");
+        assert_eq!(
+            r.rejections[0].message,
+            format!("Allocate failed due to no healthy devices present; cannot allocate unhealthy devices {res}, which is unexpected")
+        );
+    }
+    let p = pod(
+        "ok",
+        vec![],
+        vec![container("main", 1, &[("example.com/ok", 0)])],
+    );
+    assert!(a.admit(&p).admitted());
+    assert_eq!(a.devices().free("example.com/ok").len(), 1);
+    // An unknown resource is no device-plugin resource: ignored.
+    let p = pod(
+        "other",
+        vec![],
+        vec![container("main", 1, &[("example.com/none", 3)])],
+    );
+    assert!(a.admit(&p).admitted());
+}
+
+/// A rejected pod admitted again under the same UID (kubelet v1.37.2, found by the oracle's
+/// `retry`): the kubelet keeps the CPUs and devices the pod's regular init container got
+/// in the failed attempt as reusable (`cpusToReuse`, `devicesToReuse` are dropped only when
+/// another pod allocates), so the second attempt's init container is steered to them.
+/// Before the fix the engine forgot them on rejection.
+#[test]
+fn second_attempt_of_a_rejected_pod_reuses_the_first_attempts_init_resources() {
+    let t = machine(2, 4, 1, 1);
+    let mut cfg = config(
+        "0",
+        StaticPolicyOptions::default(),
+        TmPolicy::SingleNumaNode,
+        TmScope::Container,
+    );
+    cfg.devices = (0..2)
+        .map(|n| DeviceSpec {
+            resource: "x/dev".into(),
+            id: format!("d{n}"),
+            numa_nodes: vec![n],
+            healthy: true,
+        })
+        .collect();
+    let mut a = NodeAdmitter::new(t, &cfg).unwrap();
+    // init takes 2 CPUs and d0 on node 0 (the hints prefer the lowest node); the app
+    // container asks for 5 CPUs, more than a node has: rejected.
+    let init = container("init", 2, &[("x/dev", 1)]);
+    let p = pod("p", vec![init], vec![container("app", 5, &[])]);
+    let r = a.admit(&p);
+    assert!(!r.admitted());
+    assert_eq!(a.devices().free("x/dev").len(), 2);
+    let cpus_before = a.cpu_policy().unwrap().reusable(&p.uid);
+    assert_eq!(cpus_before.to_string(), "1-2");
+    // The second attempt: the init container's hints must contain node 0 (its reusable CPUs
+    // and device), as the kubelet's do.
+    let policy = a.cpu_policy().unwrap();
+    let hints = policy
+        .container_hints(a.cpu_state(), &p, &p.init_containers[0])
+        .unwrap();
+    assert!(!hints.is_empty());
+    assert!(
+        hints.iter().all(|h| h.affinity.unwrap().is_set(0)),
+        "{hints:?}"
+    );
+    let dev = a
+        .devices()
+        .container_hints(&p, &p.init_containers[0])
+        .unwrap();
+    match &dev["x/dev"] {
+        DeviceHints::Implicit(s) => {
+            assert!(s
+                .materialize()
+                .iter()
+                .all(|h| h.affinity.unwrap().is_set(0)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A second attempt is admitted the same way (rejected again here), and another pod's
+    // allocation drops the bookkeeping.
+    let q = pod("q", vec![], vec![container("main", 1, &[])]);
+    assert!(a.admit(&q).admitted());
+    assert!(a.cpu_policy().unwrap().reusable(&p.uid).is_empty());
 }

@@ -845,6 +845,41 @@ fn feature_gates_the_kubelet_checks() {
             gates(&[("TopologyManagerPolicyBetaOptions", false)]),
             &["max-allowable-numa-nodes is beta"],
         ),
+        // component-base's AllAlpha/AllBeta (issue 28: `AllBeta: false` used to be
+        // ignored): they set every alpha/beta gate not set by name.
+        (
+            "beta option, AllBeta false",
+            &beta,
+            gates(&[("AllBeta", false)]),
+            &[
+                "distribute-cpus-across-numa is beta",
+                "sets AllBeta false and does not set CPUManagerPolicyBetaOptions",
+            ],
+        ),
+        (
+            "beta option, AllBeta false but the gate set by name",
+            &beta,
+            gates(&[("AllBeta", false), ("CPUManagerPolicyBetaOptions", true)]),
+            &[],
+        ),
+        (
+            "alpha option, AllAlpha true",
+            &alpha,
+            gates(&[("AllAlpha", true)]),
+            &[],
+        ),
+        (
+            "alpha option, AllAlpha true but the gate off by name",
+            &alpha,
+            gates(&[("AllAlpha", true), ("CPUManagerPolicyAlphaOptions", false)]),
+            &["the kubelet's configuration sets it false"],
+        ),
+        (
+            "beta option, AllAlpha false leaves beta gates alone",
+            &beta,
+            gates(&[("AllAlpha", false)]),
+            &[],
+        ),
     ];
     let n = cases.len();
     for (name, cfg, g, want) in cases {

@@ -87,7 +87,10 @@ pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
         };
         match name {
             "config" => out.config = Some(value),
-            "config-dir" => out.config_dir = Some(value),
+            // The kubelet merges drop-ins only when the flag's value is not empty
+            // (`len(KubeletConfigDir) > 0`): `--config-dir=` means none, also after an
+            // earlier non-empty one (the last occurrence wins).
+            "config-dir" => out.config_dir = (!value.is_empty()).then_some(value),
             _ => {
                 for pair in value.split(',').filter(|p| !p.trim().is_empty()) {
                     let Some((gate, v)) = pair.split_once('=') else {
@@ -285,6 +288,9 @@ mod tests {
             k.feature_gates.into_iter().collect::<Vec<_>>(),
             [("A".into(), true), ("B".into(), true), ("C".into(), false)]
         );
+        // An empty --config-dir is no drop-in directory, whatever came before.
+        let k = parse(7, &args("--config-dir=/etc/k/conf.d --config-dir=")).unwrap();
+        assert_eq!(k.config_dir, None);
         assert!(parse(1, &args("--config"))
             .unwrap_err()
             .contains("--config has no value"));

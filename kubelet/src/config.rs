@@ -121,13 +121,21 @@ fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
     match m.get("featureGates") {
         None | Some(J::Null) => {}
         Some(J::Object(gates)) => {
-            if let Some((k, _)) = gates.iter().find(|(_, v)| !v.is_boolean()) {
-                bail!(
-                    "{}: featureGates.{k} is not true or false; the kubelet refuses the file",
-                    file.display()
-                );
+            let mut decoded = serde_json::Map::new();
+            for (k, v) in gates {
+                let v = match v {
+                    J::Bool(b) => *b,
+                    // Go's JSON decoding stores a map element's zero value for null: the
+                    // gate is off (in a drop-in, null deletes the key instead).
+                    J::Null => false,
+                    _ => bail!(
+                        "{}: featureGates.{k} is not true or false; the kubelet refuses the file",
+                        file.display()
+                    ),
+                };
+                decoded.insert(k.clone(), J::Bool(v));
             }
-            out.insert("featureGates".into(), J::Object(gates.clone()));
+            out.insert("featureGates".into(), J::Object(decoded));
         }
         Some(_) => bail!("{}: featureGates is not a map", file.display()),
     }
@@ -743,6 +751,22 @@ mod tests {
         // The kubelet refuses the whole configuration over it, so the owned fields too.
         let e = read_effective(&main, Some(&d)).unwrap_err().to_string();
         assert!(e.contains("featureGates.SomeGate"), "{e}");
+    }
+
+    /// A `null` gate in the `--config` file is false for the kubelet (Go's JSON decoding
+    /// stores the zero value); it used to be refused as "not true or false". In a drop-in it
+    /// deletes the gate (above).
+    #[test]
+    fn null_gate_in_the_config_file_is_false() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        write(
+            &main,
+            "featureGates: {CPUManagerPolicyBetaOptions: null, CPUManagerPolicyAlphaOptions: ~}\n",
+        );
+        let gates = read_feature_gates(&main, None).unwrap();
+        assert_eq!(gates.get("CPUManagerPolicyBetaOptions"), Some(&false));
+        assert_eq!(gates.get("CPUManagerPolicyAlphaOptions"), Some(&false));
     }
 
     #[test]

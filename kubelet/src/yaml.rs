@@ -61,9 +61,33 @@ impl From<ScanError> for YamlError {
 
 /// The deepest nesting read: a bound on the recursion, far beyond any configuration.
 const MAX_DEPTH: usize = 256;
-/// The most values a document may expand to through aliases (a billion-laughs document
-/// stops here instead of filling memory).
+/// The most values a document may expand to through aliases (a bound on memory besides
+/// go-yaml's aliasing rule below).
 const MAX_VALUES: usize = 1_000_000;
+/// The most scalar bytes a document may expand to through aliases. go-yaml shares a Go
+/// string between the places an alias puts it, so it has no such bound; a copy here would
+/// let a small file with a long anchored string aliased many times fill memory. No real
+/// configuration comes near it (the files are at most 1 MiB).
+const MAX_EXPANDED_BYTES: usize = 64 << 20;
+/// go-yaml v2's aliasing rule (`decoder.unmarshal`): every node decoded counts, nodes
+/// decoded through an alias count as aliased too, and once more than 100 aliased of more
+/// than 1000 decoded make a share above [`allowed_alias_ratio`] the document is refused
+/// with "document contains excessive aliasing". The kubelet decodes its files with it.
+const ALIAS_RATIO_RANGE_LOW: usize = 400_000;
+const ALIAS_RATIO_RANGE_HIGH: usize = 4_000_000;
+
+/// go-yaml v2's `allowedAliasRatio`: 99 % of the decoded nodes may come from aliases in
+/// documents up to 400,000 decoded nodes, 10 % from 4,000,000 on, linear in between.
+fn allowed_alias_ratio(decoded: usize) -> f64 {
+    if decoded <= ALIAS_RATIO_RANGE_LOW {
+        0.99
+    } else if decoded >= ALIAS_RATIO_RANGE_HIGH {
+        0.10
+    } else {
+        let range = (ALIAS_RATIO_RANGE_HIGH - ALIAS_RATIO_RANGE_LOW) as f64;
+        0.99 - 0.89 * ((decoded - ALIAS_RATIO_RANGE_LOW) as f64 / range)
+    }
+}
 
 /// The first document of `text` as JSON (`null` when there is none).
 pub fn to_json(text: &str, keys: Keys) -> Result<J, YamlError> {
@@ -72,6 +96,9 @@ pub fn to_json(text: &str, keys: Keys) -> Result<J, YamlError> {
         anchors: HashMap::new(),
         keys,
         values: 0,
+        bytes: 0,
+        decoded: 0,
+        aliased: 0,
     };
     loop {
         let (ev, at) = r.parser.next_token()?;
@@ -79,33 +106,69 @@ pub fn to_json(text: &str, keys: Keys) -> Result<J, YamlError> {
             Event::StreamStart => {}
             Event::StreamEnd => return Ok(J::Null),
             Event::DocumentStart => {
+                // go-yaml decodes the document node itself too.
+                r.decode(&Cost::ONE, false, &at)?;
                 let (ev, at) = r.parser.next_token()?;
-                return r.node(ev, &at, 0);
+                return Ok(r.node(ev, &at, 0, true)?.0);
             }
             other => return Err(error(&at, format!("unexpected {other:?}"))),
         }
     }
 }
 
-struct Reader<'a> {
-    parser: Parser<std::str::Chars<'a>>,
-    /// Each anchor's value and how many values it holds.
-    anchors: HashMap<usize, (J, usize)>,
-    keys: Keys,
+/// What decoding a node (again, through an alias) costs: go-yaml's decode operations, the
+/// JSON values it makes and their scalar bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cost {
+    decoded: usize,
     values: usize,
+    bytes: usize,
 }
 
-fn size(v: &J) -> usize {
-    match v {
-        J::Array(a) => 1 + a.iter().map(size).sum::<usize>(),
-        J::Object(m) => 1 + m.values().map(size).sum::<usize>(),
-        _ => 1,
+impl Cost {
+    const ONE: Cost = Cost {
+        decoded: 1,
+        values: 0,
+        bytes: 0,
+    };
+
+    fn add(&mut self, o: Cost) {
+        self.decoded += o.decoded;
+        self.values += o.values;
+        self.bytes += o.bytes;
     }
 }
 
+struct Reader<'a> {
+    parser: Parser<std::str::Chars<'a>>,
+    /// Each anchor's value and what decoding it costs.
+    anchors: HashMap<usize, (J, Cost)>,
+    keys: Keys,
+    values: usize,
+    bytes: usize,
+    /// go-yaml's `decodeCount` and `aliasCount`.
+    decoded: usize,
+    aliased: usize,
+}
+
 impl Reader<'_> {
-    fn count(&mut self, n: usize, at: &Marker) -> Result<(), YamlError> {
-        self.values += n;
+    /// Counts `c` (decoded through an alias when `aliased`), failing as go-yaml does on
+    /// excessive aliasing, or on this reader's memory bounds. Within an alias both counts
+    /// grow together, so the share only rises while the allowed share only falls: checking
+    /// once after the whole expansion finds what go-yaml's check per node finds.
+    fn decode(&mut self, c: &Cost, aliased: bool, at: &Marker) -> Result<(), YamlError> {
+        self.decoded += c.decoded;
+        if aliased {
+            self.aliased += c.decoded;
+        }
+        if self.aliased > 100
+            && self.decoded > 1000
+            && self.aliased as f64 / self.decoded as f64 > allowed_alias_ratio(self.decoded)
+        {
+            return Err(error(at, "document contains excessive aliasing"));
+        }
+        self.values += c.values;
+        self.bytes += c.bytes;
         if self.values > MAX_VALUES {
             return Err(error(
                 at,
@@ -114,49 +177,78 @@ impl Reader<'_> {
                 ),
             ));
         }
+        if self.bytes > MAX_EXPANDED_BYTES {
+            return Err(error(
+                at,
+                format!(
+                    "the document expands to more than {} MiB of text through aliases (excessive aliasing)",
+                    MAX_EXPANDED_BYTES >> 20
+                ),
+            ));
+        }
         Ok(())
     }
 
-    fn anchor(&mut self, id: usize, v: &J) {
+    fn anchor(&mut self, id: usize, v: &J, c: Cost) {
         if id > 0 {
-            self.anchors.insert(id, (v.clone(), size(v)));
+            self.anchors.insert(id, (v.clone(), c));
         }
     }
 
-    fn node(&mut self, ev: Event, at: &Marker, depth: usize) -> Result<J, YamlError> {
+    /// One node and what decoding it cost. `counted`: go-yaml decodes the node itself (not
+    /// so for the sequence after a merge key `<<`, whose items it decodes one by one).
+    fn node(
+        &mut self,
+        ev: Event,
+        at: &Marker,
+        depth: usize,
+        counted: bool,
+    ) -> Result<(J, Cost), YamlError> {
         if depth > MAX_DEPTH {
             return Err(error(at, format!("nested deeper than {MAX_DEPTH} levels")));
         }
+        let mut cost = Cost {
+            decoded: usize::from(counted),
+            values: 1,
+            bytes: 0,
+        };
         match ev {
             Event::Scalar(text, style, anchor, tag) => {
-                self.count(1, at)?;
+                cost.bytes = text.len();
+                self.decode(&cost, false, at)?;
                 let v = scalar(&text, style, tag.as_ref()).map_err(|what| error(at, what))?;
-                self.anchor(anchor, &v);
-                Ok(v)
+                self.anchor(anchor, &v, cost);
+                Ok((v, cost))
             }
             Event::Alias(id) => {
-                let Some((v, n)) = self.anchors.get(&id).cloned() else {
+                let Some((v, inner)) = self.anchors.get(&id).cloned() else {
                     return Err(error(at, "an alias to an unknown anchor"));
                 };
-                self.count(n, at)?;
-                Ok(v)
+                // The alias node, then the anchored node decoded again through it.
+                self.decode(&Cost::ONE, false, at)?;
+                self.decode(&inner, true, at)?;
+                let mut total = Cost::ONE;
+                total.add(inner);
+                Ok((v, total))
             }
             Event::SequenceStart(anchor, _) => {
-                self.count(1, at)?;
+                self.decode(&cost, false, at)?;
                 let mut items = Vec::new();
                 loop {
                     let (ev, at) = self.parser.next_token()?;
                     if ev == Event::SequenceEnd {
                         break;
                     }
-                    items.push(self.node(ev, &at, depth + 1)?);
+                    let (v, c) = self.node(ev, &at, depth + 1, true)?;
+                    cost.add(c);
+                    items.push(v);
                 }
                 let v = J::Array(items);
-                self.anchor(anchor, &v);
-                Ok(v)
+                self.anchor(anchor, &v, cost);
+                Ok((v, cost))
             }
             Event::MappingStart(anchor, _) => {
-                self.count(1, at)?;
+                self.decode(&cost, false, at)?;
                 let mut map = Map::new();
                 loop {
                     let (key_ev, key_at) = self.parser.next_token()?;
@@ -164,19 +256,29 @@ impl Reader<'_> {
                         break;
                     }
                     let merge = matches!(&key_ev, Event::Scalar(k, TScalarStyle::Plain, _, None) if k == "<<");
-                    let key = self.node(key_ev, &key_at, depth + 1)?;
-                    let (ev, at) = self.parser.next_token()?;
-                    let value = self.node(ev, &at, depth + 1)?;
-                    if merge {
-                        self.merge(&mut map, value, &key_at)?;
+                    // go-yaml does not decode a merge key, only its value.
+                    let key = if merge {
+                        None
                     } else {
-                        let key = key_string(&key).map_err(|what| error(&key_at, what))?;
-                        self.set(&mut map, key, value, &key_at)?;
+                        let (k, c) = self.node(key_ev, &key_at, depth + 1, true)?;
+                        cost.add(c);
+                        Some(k)
+                    };
+                    let (ev, at) = self.parser.next_token()?;
+                    let counted = !(merge && matches!(ev, Event::SequenceStart(..)));
+                    let (value, c) = self.node(ev, &at, depth + 1, counted)?;
+                    cost.add(c);
+                    match key {
+                        None => self.merge(&mut map, value, &key_at)?,
+                        Some(key) => {
+                            let key = key_string(&key).map_err(|what| error(&key_at, what))?;
+                            self.set(&mut map, key, value, &key_at)?;
+                        }
                     }
                 }
                 let v = J::Object(map);
-                self.anchor(anchor, &v);
-                Ok(v)
+                self.anchor(anchor, &v, cost);
+                Ok((v, cost))
             }
             other => Err(error(at, format!("unexpected {other:?}"))),
         }
@@ -444,7 +546,8 @@ mod tests {
             let e = to_json(text, Keys::LastWins).unwrap_err();
             assert!(e.to_string().contains(want), "{text:?}: {e}");
         }
-        // A billion laughs stops at the value budget.
+        // A billion laughs (1.4 KB) stops at go-yaml's aliasing rule, as in the kubelet,
+        // a few thousand values in (it used to expand to a million values first).
         let mut doc = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 1..9 {
             let p = i - 1;
@@ -453,8 +556,41 @@ mod tests {
             ));
         }
         let e = to_json(&doc, Keys::LastWins).unwrap_err();
-        assert!(e.what.contains("excessive aliasing"), "{e}");
+        assert_eq!(e.what, "document contains excessive aliasing");
+        // On its fourth line: the third alias of a2 makes 4,983 of 5,026 nodes aliased.
+        assert_eq!(e.line, 4, "{e}");
         let deep = "[".repeat(MAX_DEPTH + 5) + &"]".repeat(MAX_DEPTH + 5);
         assert!(to_json(&deep, Keys::LastWins).is_err());
+    }
+
+    /// go-yaml v2's counts: 100 aliases of a 9-item sequence are 1,000 aliased nodes of
+    /// 1,116 decoded (90 %), read; 1,000 aliases of a 99-item sequence are 100,000 of
+    /// 101,105 (98.9 %), read; of a 200-item sequence 201,000 of 202,207 (99.4 %), refused. (Checked against the kubelet's own
+    /// loading in `cli/tests/kubelet_config_oracle.rs`, `aliasing_limits_agree_with_the_kubelet`.)
+    #[test]
+    fn aliasing_follows_go_yaml() {
+        let doc = |size: usize, count: usize| {
+            format!(
+                "a: &a [{}]\nb: [{}]\n",
+                vec!["x"; size].join(", "),
+                vec!["*a"; count].join(", ")
+            )
+        };
+        assert!(to_json(&doc(9, 100), Keys::LastWins).is_ok());
+        assert!(to_json(&doc(99, 1000), Keys::LastWins).is_ok());
+        let e = to_json(&doc(200, 1000), Keys::LastWins).unwrap_err();
+        assert_eq!(e.what, "document contains excessive aliasing");
+        // Merge keys count their values, not the `<<` key or a merged list itself.
+        let merged = "m: &m {a: 1}\nl:\n".to_string() + &"- {<<: [*m, *m]}\n".repeat(300);
+        assert!(to_json(&merged, Keys::LastWins).is_ok());
+        // A long string aliased many times: go-yaml shares it (allowed), a copy here is
+        // bounded by the expanded text.
+        let long = format!(
+            "s: &s {}\nl: [{}]\n",
+            "x".repeat(100_000),
+            vec!["*s"; 1000].join(", ")
+        );
+        let e = to_json(&long, Keys::LastWins).unwrap_err();
+        assert!(e.what.contains("MiB of text through aliases"), "{e}");
     }
 }

@@ -85,6 +85,9 @@ pub struct NodeConfig {
     pub tm_options: TmOptions,
     /// Devices with NUMA affinity (device-plugin resources).
     pub devices: Vec<DeviceSpec>,
+    /// Resources a device plugin registered, beside those `devices` names (a plugin that
+    /// lists no device): the kubelet refuses any container asking for them, even for 0.
+    pub device_resources: Vec<String>,
     /// Memory Manager policy (not part of the NodeTopology spec; `None` by default).
     pub memory: MemoryManagerConfig,
 }
@@ -174,6 +177,7 @@ impl NodeAdmitter {
             tm_scope,
             tm_options,
             devices,
+            device_resources,
             memory,
         } = config;
         let tm = ManagerConfig::for_topology(*tm_policy, *tm_scope, *tm_options, &topology)?;
@@ -202,7 +206,7 @@ impl NodeAdmitter {
             }
         };
         let numa_ids: Vec<usize> = topology.numa_nodes().iter().map(|n| n.id).collect();
-        let devices = DeviceManager::new(devices, &numa_ids)?;
+        let devices = DeviceManager::with_resources(devices, device_resources, &numa_ids)?;
         Ok(Self {
             topology,
             cpu,
@@ -223,6 +227,11 @@ impl NodeAdmitter {
     /// The CPU manager's state (for checkpoints).
     pub fn cpu_state(&self) -> &CpuState {
         &self.state
+    }
+
+    /// The CPU manager's static policy (with its reuse bookkeeping), when it runs.
+    pub fn cpu_policy(&self) -> Option<&StaticPolicy> {
+        self.cpu.as_ref()
     }
 
     /// The Memory Manager's state, when its policy is Static.
@@ -331,10 +340,12 @@ impl NodeAdmitter {
                 if let (Some(m), Some(snap)) = (&mut self.memory, saved_memory) {
                     m.release_rejected(&pod.uid, snap);
                 }
+                // The CPU and device managers' reuse bookkeeping (CPUs and devices the
+                // pod's regular init containers got in this attempt) stays, as in the
+                // kubelet (`cpusToReuse`, `devicesToReuse` are keyed by pod UID and dropped
+                // only when another pod allocates): a second attempt under the same UID
+                // sees them in its hints and takes them first.
                 self.devices.rollback(&pod.uid, saved_devices);
-                if let Some(p) = &self.cpu {
-                    p.clear_reuse();
-                }
                 PodAdmission {
                     allocations: Vec::new(),
                     rejections: vec![RejectionReport {

@@ -41,6 +41,15 @@ pub struct DeviceSpec {
     /// NUMA nodes the device is attached to; empty = no NUMA affinity.
     #[serde(default)]
     pub numa_nodes: Vec<usize>,
+    /// Whether the plugin reports the device `Healthy`. The kubelet never allocates an
+    /// unhealthy device, but still counts it where it decides whether a resource has a
+    /// topology, which NUMA nodes hints range over and how narrow a preferred hint is.
+    #[serde(default = "healthy_by_default")]
+    pub healthy: bool,
+}
+
+fn healthy_by_default() -> bool {
+    true
 }
 
 /// Why devices could not be set up or allocated.
@@ -69,6 +78,14 @@ pub enum DeviceError {
     TooMany {
         /// How many were listed.
         count: usize,
+    },
+    /// The resource is registered but none of its devices is healthy (also: a plugin that
+    /// lists no device). The kubelet's `devicesToAllocate` checks this before the request
+    /// size, so a container asking for 0 of such a resource is refused too.
+    #[error("no healthy devices present; cannot allocate unhealthy devices {resource}")]
+    NoHealthy {
+        /// Resource.
+        resource: String,
     },
     /// Not enough free devices (kubelet `devicesToAllocate`).
     #[error("requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}")]
@@ -101,8 +118,11 @@ impl DeviceError {
 /// containers left reusable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceManager {
-    /// resource -> device id -> NUMA mask (empty = no affinity).
+    /// resource -> device id -> NUMA mask (empty = no affinity); every registered resource,
+    /// also those without devices, and unhealthy devices too (the kubelet's `allDevices`).
     devices: BTreeMap<String, BTreeMap<String, NumaMask>>,
+    /// Devices the plugin reports unhealthy, per resource: never allocated.
+    unhealthy: BTreeMap<String, BTreeSet<String>>,
     /// The machine's NUMA node ids.
     ids: Vec<usize>,
     /// pod uid -> container -> resource -> device ids.
@@ -115,7 +135,6 @@ pub struct DeviceManager {
 #[derive(Debug, Clone)]
 pub struct DeviceSnapshot {
     pod: Option<BTreeMap<String, BTreeMap<String, BTreeSet<String>>>>,
-    reusable: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
 /// The answer of the device manager for one resource.
@@ -172,13 +191,35 @@ impl DeviceHintSource {
 impl DeviceManager {
     /// Registers `devices` on a machine with NUMA nodes `numa_ids`.
     pub fn new(devices: &[DeviceSpec], numa_ids: &[usize]) -> Result<Self, DeviceError> {
+        Self::with_resources(devices, &[], numa_ids)
+    }
+
+    /// Registers `devices` and also the resources `registered` (device plugins that
+    /// registered, whether or not they list a device) on a machine with NUMA nodes
+    /// `numa_ids`. A registered resource without a healthy device is still a device-plugin
+    /// resource for the kubelet: a container asking for it (even 0 of it) is refused.
+    pub fn with_resources(
+        devices: &[DeviceSpec],
+        registered: &[String],
+        numa_ids: &[usize],
+    ) -> Result<Self, DeviceError> {
         if devices.len() > MAX_DEVICES {
             return Err(DeviceError::TooMany {
                 count: devices.len(),
             });
         }
-        let mut map: BTreeMap<String, BTreeMap<String, NumaMask>> = BTreeMap::new();
+        let mut map: BTreeMap<String, BTreeMap<String, NumaMask>> = registered
+            .iter()
+            .map(|r| (r.clone(), BTreeMap::new()))
+            .collect();
+        let mut unhealthy: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for d in devices {
+            if !d.healthy {
+                unhealthy
+                    .entry(d.resource.clone())
+                    .or_default()
+                    .insert(d.id.clone());
+            }
             let mut bits = 0u64;
             for n in &d.numa_nodes {
                 if !numa_ids.contains(n) || *n > 63 {
@@ -206,6 +247,7 @@ impl DeviceManager {
         ids.dedup();
         Ok(Self {
             devices: map,
+            unhealthy,
             ids,
             allocated: BTreeMap::new(),
             reusable: BTreeMap::new(),
@@ -226,11 +268,13 @@ impl DeviceManager {
         self.allocated.get(pod_uid).and_then(|c| c.get(container))
     }
 
-    /// Free devices per resource (not allocated to any container).
+    /// Free devices per resource: healthy and not allocated to any container (the
+    /// kubelet's `getAvailableDevices`).
     pub fn free(&self, resource: &str) -> BTreeSet<String> {
         let Some(all) = self.devices.get(resource) else {
             return BTreeSet::new();
         };
+        let sick = self.unhealthy.get(resource);
         let used: BTreeSet<&String> = self
             .allocated
             .values()
@@ -238,47 +282,65 @@ impl DeviceManager {
             .filter_map(|r| r.get(resource))
             .flatten()
             .collect();
-        all.keys().filter(|d| !used.contains(d)).cloned().collect()
+        all.keys()
+            .filter(|d| !used.contains(d) && !sick.is_some_and(|s| s.contains(*d)))
+            .cloned()
+            .collect()
     }
 
-    /// The device requests of a container: its extended resources that devices provide.
+    /// How many devices of `resource` are healthy (allocated or not).
+    fn healthy_count(&self, resource: &str) -> usize {
+        let all = self.devices.get(resource).map_or(0, BTreeMap::len);
+        all - self.unhealthy.get(resource).map_or(0, BTreeSet::len)
+    }
+
+    /// The device requests of a container: its extended resources that devices provide
+    /// (limits win over requests; the API requires them equal). A request of 0 is kept, as
+    /// the kubelet's `getContainerDeviceRequest` keeps it: it still yields hints (every
+    /// mask, single nodes preferred) and still needs a healthy device to exist.
     pub fn container_request(&self, c: &Container) -> BTreeMap<String, u64> {
         c.requests
             .extended
             .iter()
             .chain(c.limits.extended.iter())
-            .filter(|(r, n)| self.knows(r) && **n > 0)
+            .filter(|(r, _)| self.knows(r))
             .map(|(r, n)| (r.clone(), *n))
             .collect()
     }
 
     /// The pod's device requests (kubelet `getPodDeviceRequest`): per resource the larger
     /// of the long-running containers' sum and the peak of a regular init container.
+    ///
+    /// The kubelet sums exact quantities (`PodLimits`) and then reads them with
+    /// `int(Quantity.Value())`, which keeps the low 64 bits of a sum past int64: a pod whose
+    /// containers ask for more than 2^63 - 1 devices together gets a negative request, which
+    /// hints treat like 0 (every mask, single nodes preferred). Sums here are exact too and
+    /// wrap the same way; a negative result is 0.
     pub fn pod_request(&self, pod: &Pod) -> BTreeMap<String, u64> {
-        let mut init_peak: BTreeMap<String, u64> = BTreeMap::new();
-        let mut sidecars: BTreeMap<String, u64> = BTreeMap::new();
+        let mut init_peak: BTreeMap<String, u128> = BTreeMap::new();
+        let mut sidecars: BTreeMap<String, u128> = BTreeMap::new();
         for c in &pod.init_containers {
             for (r, n) in self.container_request(c) {
                 let side = sidecars.entry(r.clone()).or_insert(0);
                 if c.restartable {
-                    *side += n;
+                    *side += u128::from(n);
                 } else {
                     let peak = init_peak.entry(r).or_insert(0);
-                    *peak = (*peak).max(*side + n);
+                    *peak = (*peak).max(*side + u128::from(n));
                 }
             }
         }
         let mut out = sidecars;
         for c in &pod.containers {
             for (r, n) in self.container_request(c) {
-                *out.entry(r).or_insert(0) += n;
+                *out.entry(r).or_insert(0) += u128::from(n);
             }
         }
         for (r, n) in init_peak {
             let e = out.entry(r).or_insert(0);
             *e = (*e).max(n);
         }
-        out
+        out.into_iter().map(|(r, n)| (r, go_int64(n))).collect()
     }
 
     /// Hints for one container: `None` = nil map (no device requested).
@@ -289,7 +351,7 @@ impl DeviceManager {
     ) -> Option<BTreeMap<String, DeviceHints>> {
         let request = self.container_request(c);
         let allocated = self.allocated(&pod.uid, &c.name);
-        self.hints(&pod.uid, &request, |r| {
+        self.hints(Some(&pod.uid), &request, |r| {
             allocated
                 .and_then(|a| a.get(r))
                 .cloned()
@@ -301,7 +363,8 @@ impl DeviceManager {
     pub fn pod_hints(&self, pod: &Pod) -> Option<BTreeMap<String, DeviceHints>> {
         let request = self.pod_request(pod);
         let per_pod = self.allocated.get(&pod.uid);
-        self.hints(&pod.uid, &request, |r| {
+        // `GetPodTopologyHints` passes no reusable devices (and counts only available ones).
+        self.hints(None, &request, |r| {
             per_pod
                 .map(|cs| {
                     cs.values()
@@ -314,9 +377,11 @@ impl DeviceManager {
         })
     }
 
+    /// `reuse_of`: the pod whose init containers' reusable devices count (container scope);
+    /// `None` in pod scope.
     fn hints(
         &self,
-        pod_uid: &str,
+        reuse_of: Option<&str>,
         request: &BTreeMap<String, u64>,
         allocated: impl Fn(&str) -> BTreeSet<String>,
     ) -> Option<BTreeMap<String, DeviceHints>> {
@@ -338,9 +403,8 @@ impl DeviceManager {
                 continue;
             }
             let available = self.free(r);
-            let reusable = self
-                .reusable
-                .get(pod_uid)
+            let reusable = reuse_of
+                .and_then(|uid| self.reusable.get(uid))
                 .and_then(|m| m.get(r))
                 .cloned()
                 .unwrap_or_default();
@@ -404,7 +468,16 @@ impl DeviceManager {
         self.reusable.retain(|uid, _| uid == &pod.uid);
         let mut given: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (r, n) in &request {
-            let needed = *n as usize;
+            // `devicesToAllocate` checks for a healthy device before the request size.
+            if self.healthy_count(r) == 0 {
+                return Err(DeviceError::NoHealthy {
+                    resource: r.clone(),
+                });
+            }
+            let needed = usize::try_from(*n).unwrap_or(usize::MAX);
+            if needed == 0 {
+                continue;
+            }
             let mut picked: BTreeSet<String> = BTreeSet::new();
             let reuse = self
                 .reusable
@@ -423,7 +496,7 @@ impl DeviceManager {
                 // devices and the free devices apart from them.
                 return Err(DeviceError::Unavailable {
                     resource: r.clone(),
-                    requested: (needed - picked.len()) as u64,
+                    requested: *n - picked.len() as u64,
                     available: free.len(),
                 });
             }
@@ -434,6 +507,10 @@ impl DeviceManager {
                 picked.insert(d);
             }
             given.insert(r.clone(), picked);
+        }
+        if given.is_empty() {
+            // Only zero requests: the kubelet records nothing for the container.
+            return Ok(());
         }
         let regular_init = pod
             .init_containers
@@ -484,16 +561,18 @@ impl DeviceManager {
         out
     }
 
-    /// What admitting `pod_uid` can change: that pod's devices and the reuse bookkeeping.
-    /// Restoring it with [`DeviceManager::rollback`] undoes a rejected admission exactly.
+    /// What admitting `pod_uid` can change: that pod's devices. Restoring it with
+    /// [`DeviceManager::rollback`] gives back a rejected admission's devices.
     pub fn snapshot(&self, pod_uid: &str) -> DeviceSnapshot {
         DeviceSnapshot {
             pod: self.allocated.get(pod_uid).cloned(),
-            reusable: self.reusable.clone(),
         }
     }
 
-    /// Restores what [`DeviceManager::snapshot`] saved for `pod_uid`.
+    /// Restores the devices [`DeviceManager::snapshot`] saved for `pod_uid`. The reuse
+    /// bookkeeping of the attempt stays, as the kubelet's `devicesToReuse` does (kept per
+    /// pod UID until another pod allocates): a second attempt of the same pod sees the
+    /// devices its regular init containers got as reusable (in its hints, and taken first).
     pub fn rollback(&mut self, pod_uid: &str, snap: DeviceSnapshot) {
         match snap.pod {
             Some(p) => {
@@ -503,7 +582,6 @@ impl DeviceManager {
                 self.allocated.remove(pod_uid);
             }
         }
-        self.reusable = snap.reusable;
     }
 
     /// Releases a container's devices.
@@ -521,6 +599,14 @@ impl DeviceManager {
         self.allocated.remove(pod_uid);
         self.reusable.remove(pod_uid);
     }
+}
+
+/// A device count as the kubelet's `int(Quantity.Value())` reads an exact amount: the low
+/// 64 bits as a signed integer; a negative count (a sum past 2^63 - 1) behaves as 0 in
+/// every comparison the device manager makes with it, so it is 0 here.
+fn go_int64(n: u128) -> u64 {
+    let v = n as u64 as i64;
+    v.max(0) as u64
 }
 
 /// The NUMA nodes a resource's devices are attached to (kubelet `deviceNUMANodes`), in id
@@ -640,6 +726,7 @@ mod tests {
             resource: r.into(),
             id: id.into(),
             numa_nodes: nodes.to_vec(),
+            healthy: true,
         }
     }
 
@@ -806,5 +893,47 @@ mod tests {
             ["b", "d", "c", "e", "a"]
         );
         assert_eq!(order(None), ["b", "c", "d", "e", "a"]);
+    }
+
+    /// Oracle divergence (kubelet `getPodDeviceRequest`: `int(Quantity.Value())` of an exact
+    /// sum): two containers asking for 3 and 2^63 - 1 devices make a pod request past int64,
+    /// read as a negative count, which the hints treat as 0 (every mask over the device
+    /// nodes, single nodes preferred); the engine answered "unavailable" (empty list).
+    #[test]
+    fn pod_request_past_int64_wraps_like_the_kubelet() {
+        let devs = [dev("x/gpu", "a", &[0]), dev("x/gpu", "b", &[1])];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        let mut p = pod("p", 3);
+        let mut second = p.containers[0].clone();
+        second.name = "second".into();
+        second
+            .limits
+            .extended
+            .insert("x/gpu".into(), i64::MAX as u64);
+        second
+            .requests
+            .extended
+            .insert("x/gpu".into(), i64::MAX as u64);
+        p.containers.push(second);
+        assert_eq!(m.pod_request(&p)["x/gpu"], 0);
+        let Some(DeviceHints::Implicit(s)) = m.pod_hints(&p).and_then(|mut h| h.remove("x/gpu"))
+        else {
+            panic!("expected hints");
+        };
+        assert_eq!(s.materialize(), vec![h(1, true), h(2, true), h(3, false)]);
+    }
+
+    /// Unhealthy devices are never free, but still count where the kubelet decides the
+    /// hint universe and the narrowest width (`allDevices`).
+    #[test]
+    fn unhealthy_devices_count_for_width_not_for_allocation() {
+        let mut sick = dev("x/gpu", "b", &[0]);
+        sick.healthy = false;
+        let devs = [dev("x/gpu", "a", &[0]), sick, dev("x/gpu", "c", &[1])];
+        let m = DeviceManager::new(&devs, &[0, 1]).unwrap();
+        assert_eq!(m.free("x/gpu").len(), 2);
+        // Two devices: node 0 would do with both of its devices (minAffinitySize 1), but
+        // only one is healthy, so {0,1} is the only hint and it is not preferred.
+        assert_eq!(hints_of(&m, &pod("p", 2)), vec![h(3, false)]);
     }
 }

@@ -184,6 +184,7 @@ pub fn node_config(
         tm_scope: *scope,
         tm_options,
         devices: Vec::new(),
+        device_resources: Vec::new(),
         memory: MemoryManagerConfig::None,
     })
 }

@@ -152,9 +152,6 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
         },
         None => MemoryManagerConfig::None,
     };
-    // A second static policy on the same machine replays the raw CPU hints the engine's
-    // CPU manager gives the topology manager (NodeAdmitter keeps its own private).
-    let raw_policy = StaticPolicy::new(topology.clone(), reserved.clone(), options).ok();
     let config = NodeConfig {
         cpu: CpuManagerConfig::Static { reserved, options },
         tm_policy,
@@ -162,6 +159,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
         tm_options,
         memory,
         devices: device::engine_devices(&c.devices),
+        device_resources: c.device_resources.clone(),
     };
     let mut node = match NodeAdmitter::new(topology, &config) {
         Ok(n) => n,
@@ -175,8 +173,22 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
     let mut live_pods: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for op in &c.ops {
         match op.op.as_str() {
-            "admit" | "readmit" => {
-                let pod = if op.op == "readmit" {
+            "admit" | "readmit" | "retry" => {
+                let pod = if op.op == "retry" {
+                    // A rejected pod admitted again under its UID; skipped when it is
+                    // admitted or was removed.
+                    match seen.get(&op.uid).filter(|_| !live_pods.contains(&op.uid)) {
+                        Some(p) => p.clone(),
+                        None => {
+                            results.push(OpResult {
+                                admit: true,
+                                skipped: true,
+                                ..OpResult::default()
+                            });
+                            continue;
+                        }
+                    }
+                } else if op.op == "readmit" {
                     // An admitted pod admitted again; skipped when it is not admitted.
                     match seen.get(&op.uid).filter(|_| live_pods.contains(&op.uid)) {
                         Some(p) => p.clone(),
@@ -196,8 +208,11 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     engine_pod(pj)
                 };
                 let before = node.memory().cloned();
-                let dev_before = (!c.devices.is_empty()).then(|| node.devices().clone());
+                let dev_before = c.has_devices().then(|| node.devices().clone());
                 let cpu_before = node.cpu_state().clone();
+                // The node's policy as it was (its reuse bookkeeping included) replays the
+                // raw CPU hints the engine's CPU manager gives the topology manager.
+                let raw_policy = node.cpu_policy().cloned();
                 let adm = node.admit(&pod);
                 let mut r = OpResult {
                     admit: adm.admitted(),
@@ -293,7 +308,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
                     .collect()
             })
             .unwrap_or_default(),
-        final_devices: if c.devices.is_empty() {
+        final_devices: if !c.has_devices() {
             BTreeMap::new()
         } else {
             seen.values()
@@ -335,7 +350,6 @@ fn engine_cpu_raw_hints(
     scope: TmScope,
     admitted: bool,
 ) -> BTreeMap<String, Vec<HintJson>> {
-    policy.clear_reuse();
     let machine =
         NumaMask::new(node.topology().numa_nodes().iter().map(|n| n.id)).unwrap_or_default();
     let mut out = BTreeMap::new();
@@ -449,69 +463,13 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
     }
     let defect = kubelet_defect(c, kubelet).map(|(i, _)| i);
     let ambiguous = device::ambiguous(c, kubelet, engine).map(|(i, _)| i);
+    let pick = device::set_order_pick(c, kubelet, engine).map(|(i, _)| i);
     for (i, (k, e)) in kubelet.results.iter().zip(&engine.results).enumerate() {
-        if Some(i) == defect || Some(i) == ambiguous {
+        if Some(i) == defect || Some(i) == ambiguous || Some(i) == pick {
             return None;
         }
-        let what = format!("ops[{i}] ({} {})", c.ops[i].op, op_uid(&c.ops[i]));
-        if k.admit != e.admit || k.reason != e.reason || k.skipped != e.skipped {
-            return Some(format!(
-                "{what}: kubelet admit={} {} {:?}; engine admit={} {} {:?}",
-                k.admit, k.reason, k.message, e.admit, e.reason, e.message
-            ));
-        }
-        if k.message != e.message {
-            return Some(format!(
-                "{what}: message: kubelet {:?}, engine {:?}",
-                k.message, e.message
-            ));
-        }
-        if k.cpus != e.cpus {
-            return Some(format!(
-                "{what}: cpus: kubelet {:?}, engine {:?}",
-                k.cpus, e.cpus
-            ));
-        }
-        if k.hints != e.hints {
-            return Some(format!(
-                "{what}: merged hints: kubelet {:?}, engine {:?}",
-                k.hints, e.hints
-            ));
-        }
-        let first = op_pod(c, i)
-            .and_then(|p| p.init.first().or(p.containers.first()))
-            .map(|ct| ct.name.clone())
-            .unwrap_or_default();
-        let mut k_cpu = k.cpu_hints.clone();
-        if !k.admit {
-            // A rejected pod: the engine replays its first hint request only.
-            k_cpu.retain(|name, _| name.is_empty() || *name == first);
-        }
-        if k_cpu != e.cpu_hints {
-            return Some(format!(
-                "{what}: raw CPU hints: kubelet {k_cpu:?}, engine {:?}",
-                e.cpu_hints
-            ));
-        }
-        if c.memory.is_some() {
-            let mut k = k.clone();
-            if !k.admit {
-                k.mem_hints
-                    .retain(|name, _| name.is_empty() || *name == first);
-            }
-            if let Some(why) = memory::compare_op(&what, &k, e) {
-                return Some(why);
-            }
-        }
-        if !c.devices.is_empty() {
-            let mut k = k.clone();
-            if !k.admit {
-                k.dev_hints
-                    .retain(|name, _| name.is_empty() || *name == first);
-            }
-            if let Some(why) = device::compare_op(&what, &k, e) {
-                return Some(why);
-            }
+        if let Some(why) = compare_op_only(c, i, k, e) {
+            return Some(why);
         }
     }
     if kubelet.results.len() != engine.results.len() {
@@ -539,7 +497,7 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
             kubelet.assignments, engine.assignments
         ));
     }
-    if !c.devices.is_empty() {
+    if c.has_devices() {
         if let Some(why) = device::compare_final(kubelet, engine) {
             return Some(why);
         }
@@ -550,10 +508,76 @@ pub(crate) fn compare(c: &CaseJson, kubelet: &Answer, engine: &Answer) -> Option
     None
 }
 
+/// Everything compared at operation `i`: admission, reason and message, CPUs, merged hints,
+/// raw CPU, memory and device hints, memory blocks and devices.
+fn compare_op_only(c: &CaseJson, i: usize, k: &OpResult, e: &OpResult) -> Option<String> {
+    let what = format!("ops[{i}] ({} {})", c.ops[i].op, op_uid(&c.ops[i]));
+    if k.admit != e.admit || k.reason != e.reason || k.skipped != e.skipped {
+        return Some(format!(
+            "{what}: kubelet admit={} {} {:?}; engine admit={} {} {:?}",
+            k.admit, k.reason, k.message, e.admit, e.reason, e.message
+        ));
+    }
+    if k.message != e.message {
+        return Some(format!(
+            "{what}: message: kubelet {:?}, engine {:?}",
+            k.message, e.message
+        ));
+    }
+    if k.cpus != e.cpus {
+        return Some(format!(
+            "{what}: cpus: kubelet {:?}, engine {:?}",
+            k.cpus, e.cpus
+        ));
+    }
+    if k.hints != e.hints {
+        return Some(format!(
+            "{what}: merged hints: kubelet {:?}, engine {:?}",
+            k.hints, e.hints
+        ));
+    }
+    let first = op_pod(c, i)
+        .and_then(|p| p.init.first().or(p.containers.first()))
+        .map(|ct| ct.name.clone())
+        .unwrap_or_default();
+    let mut k_cpu = k.cpu_hints.clone();
+    if !k.admit {
+        // A rejected pod: the engine replays its first hint request only.
+        k_cpu.retain(|name, _| name.is_empty() || *name == first);
+    }
+    if k_cpu != e.cpu_hints {
+        return Some(format!(
+            "{what}: raw CPU hints: kubelet {k_cpu:?}, engine {:?}",
+            e.cpu_hints
+        ));
+    }
+    if c.memory.is_some() {
+        let mut k = k.clone();
+        if !k.admit {
+            k.mem_hints
+                .retain(|name, _| name.is_empty() || *name == first);
+        }
+        if let Some(why) = memory::compare_op(&what, &k, e) {
+            return Some(why);
+        }
+    }
+    if c.has_devices() {
+        let mut k = k.clone();
+        if !k.admit {
+            k.dev_hints
+                .retain(|name, _| name.is_empty() || *name == first);
+        }
+        if let Some(why) = device::compare_op(&what, &k, e) {
+            return Some(why);
+        }
+    }
+    None
+}
+
 /// The pod an admission (or a readmit) at `ops[i]` admits.
 pub(crate) fn op_pod(c: &CaseJson, i: usize) -> Option<&PodJson> {
     let op = c.ops.get(i)?;
-    if op.op != "readmit" {
+    if op.op != "readmit" && op.op != "retry" {
         return op.pod.as_ref();
     }
     c.ops[..i]

@@ -20,7 +20,9 @@ use nodetopo_engine::devicemanager::{DeviceHints, DeviceManager, DeviceSpec};
 use nodetopo_engine::topologymanager::{TmScope, TopologyHint};
 use nodetopo_engine::Pod;
 
-use crate::generator::{gen_capped_machine, gen_container, gen_ops, gen_tm_policy_scope, Rng};
+use crate::generator::{
+    edge_cpu, gen_capped_machine, gen_container, gen_ops, gen_tm_policy_scope, Edge, Rng,
+};
 use crate::protocol::*;
 
 /// The case's devices in the engine's form.
@@ -31,6 +33,7 @@ pub(crate) fn engine_devices(devices: &[DeviceJson]) -> Vec<DeviceSpec> {
             resource: d.resource.clone(),
             id: d.id.clone(),
             numa_nodes: d.numa.clone(),
+            healthy: !d.unhealthy,
         })
         .collect()
 }
@@ -106,7 +109,8 @@ fn requests(c: &ContainerJson) -> BTreeMap<String, usize> {
     c.limits
         .extended
         .iter()
-        .filter_map(|(r, q)| Some((r.clone(), q.parse().ok()?)))
+        .filter_map(|(r, q)| Some((r.clone(), q.parse::<u64>().ok()?)))
+        .map(|(r, n)| (r, usize::try_from(n).unwrap_or(usize::MAX)))
         .collect()
 }
 
@@ -116,10 +120,29 @@ fn requests(c: &ContainerJson) -> BTreeMap<String, usize> {
 /// different resource among several that are short (the kubelet walks the container's
 /// limits in map order). Such cases are compared up to that operation.
 pub(crate) fn ambiguous(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, String)> {
-    if c.devices.is_empty() {
+    if !c.has_devices() {
         return None;
     }
     for (i, op) in c.ops.iter().enumerate() {
+        if let (Some(kr), Some(er)) = (k.results.get(i), e.results.get(i)) {
+            // Two device errors: the kubelet walks the container's limits in map order.
+            const DEVICE_ERRORS: [&str; 2] = [
+                "Allocate failed due to requested number of devices unavailable for ",
+                "Allocate failed due to no healthy devices present; ",
+            ];
+            let dev = |m: &str| DEVICE_ERRORS.iter().any(|p| m.starts_with(p));
+            if !kr.admit
+                && !er.admit
+                && kr.message != er.message
+                && dev(&kr.message)
+                && dev(&er.message)
+            {
+                return Some((
+                    i,
+                    format!("{}: kubelet {:?}", crate::cpu::op_uid(op), kr.message),
+                ));
+            }
+        }
         let Some(p) = &op.pod else { continue };
         // Reusable device counts per resource, as Allocate keeps them.
         let mut reusable: BTreeMap<String, usize> = BTreeMap::new();
@@ -127,6 +150,10 @@ pub(crate) fn ambiguous(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, 
         let apps = p.containers.iter().map(|ct| (ct, false));
         for (ct, regular_init) in init.chain(apps) {
             for (r, n) in requests(ct) {
+                if c.device_resources.contains(&r) {
+                    // No device: the container is refused, nothing is picked.
+                    continue;
+                }
                 let have = reusable.get(&r).copied().unwrap_or(0);
                 if n > 0 && n < have {
                     return Some((
@@ -143,18 +170,88 @@ pub(crate) fn ambiguous(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, 
                 reusable.insert(r, left);
             }
         }
-        let (Some(kr), Some(er)) = (k.results.get(i), e.results.get(i)) else {
+    }
+    None
+}
+
+/// The first admission where the two sides took different devices of a resource whose
+/// plugin offers no `GetPreferredAllocation`, every other device equal, and the same
+/// number from each of the kubelet's groups (`filterByAffinity`: touching the container's
+/// merged hint, on other nodes, without topology; one group without a hint or without
+/// topology): the kubelet takes within a group in Go set order, so the case is compared up
+/// to that operation (its devices are not compared by id).
+pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, String)> {
+    if c.no_preferred.is_empty() {
+        return None;
+    }
+    let masks: BTreeMap<(&str, &str), &[usize]> = c
+        .devices
+        .iter()
+        .map(|d| ((d.resource.as_str(), d.id.as_str()), d.numa.as_slice()))
+        .collect();
+    let topology = |res: &str| {
+        c.devices
+            .iter()
+            .any(|d| d.resource == res && !d.numa.is_empty())
+    };
+    for (i, (kr, er)) in k.results.iter().zip(&e.results).enumerate() {
+        if !(kr.admit && er.admit) || kr.devices == er.devices {
             continue;
-        };
-        const SHORT: &str = "Allocate failed due to requested number of devices unavailable for ";
-        if !kr.admit
-            && !er.admit
-            && kr.message != er.message
-            && kr.message.starts_with(SHORT)
-            && er.message.starts_with(SHORT)
-        {
-            return Some((i, format!("{}: kubelet {:?}", p.uid, kr.message)));
         }
+        let pod = crate::cpu::op_pod(c, i)?;
+        let none = BTreeMap::new();
+        // The first container, in admission order, whose devices differ: everything after
+        // it depends on that pick.
+        for ct in pod.init.iter().chain(&pod.containers).map(|ct| &ct.name) {
+            let hint = |a: &Answer| a.results[i].hints.as_ref().and_then(|h| h.get(ct)).cloned();
+            if hint(k) != hint(e) {
+                return None;
+            }
+            let kd = kr.devices.get(ct).unwrap_or(&none);
+            let ed = er.devices.get(ct).unwrap_or(&none);
+            if kd == ed {
+                continue;
+            }
+            let hint = hint(k).and_then(|h| h.affinity);
+            let resources: std::collections::BTreeSet<&String> =
+                kd.keys().chain(ed.keys()).collect();
+            for res in resources {
+                let (a, b) = (kd.get(res), ed.get(res));
+                if a == b {
+                    continue;
+                }
+                if !c.no_preferred.contains(res) {
+                    return None;
+                }
+                // filterByAffinity's groups: 0 touching the hint, 1 other nodes, 2 no
+                // topology (everything when there is no hint or no topology at all).
+                let profile = |ids: Option<&Vec<String>>| -> [usize; 3] {
+                    let mut p = [0; 3];
+                    for id in ids.into_iter().flatten() {
+                        let m = masks
+                            .get(&(res.as_str(), id.as_str()))
+                            .copied()
+                            .unwrap_or(&[]);
+                        let g = match &hint {
+                            Some(h) if topology(res) && !m.is_empty() => {
+                                usize::from(!m.iter().any(|n| h.contains(n)))
+                            }
+                            _ => 2,
+                        };
+                        p[g] += 1;
+                    }
+                    p
+                };
+                if profile(a) != profile(b) {
+                    return None;
+                }
+            }
+            return Some((
+                i,
+                format!("{} {ct}: kubelet {kd:?}, engine {ed:?}", pod.uid),
+            ));
+        }
+        return None;
     }
     None
 }
@@ -216,6 +313,7 @@ fn gen_devices(r: &mut Rng, resource: &str, ids: &[usize], out: &mut Vec<DeviceJ
             resource: resource.into(),
             id: format!("{}-{i:02}", resource.rsplit('/').next().unwrap_or("dev")),
             numa,
+            unhealthy: false,
         });
     }
 }
@@ -225,10 +323,15 @@ fn gen_devices(r: &mut Rng, resource: &str, ids: &[usize], out: &mut Vec<DeviceJ
 /// init containers leave reusable so far (as `Allocate` keeps it): a later container asks
 /// for at least that many in nine cases of ten, so the kubelet reuses all of them (a
 /// smaller request makes it pick in Go set order, which is compared only up to that pod).
+///
+/// One request in eight is an edge amount (`Edge`): 0 (the kubelet keeps it: hints over
+/// every mask, single nodes preferred), 1, exactly the resource's healthy devices, a few
+/// more than that, or a very large count (up to int64's maximum).
 fn with_devices(
     r: &mut Rng,
     mut ct: ContainerJson,
     resources: &[String],
+    healthy: &BTreeMap<String, usize>,
     reusable: &mut BTreeMap<String, usize>,
     regular_init: bool,
 ) -> ContainerJson {
@@ -238,14 +341,19 @@ fn with_devices(
         let i = r.range(0, names.len() - 1);
         let name = names.remove(i);
         let have = reusable.get(name).copied().unwrap_or(0);
-        let n = if have > 0 && !r.chance(10) {
-            have + r.range(0, 1)
+        let n = if r.chance(12) {
+            let h = healthy.get(name).copied().unwrap_or(0) as u64;
+            let huge = [1 << 20, 1 << 40, i64::MAX as u64][r.range(0, 2)];
+            Edge::draw(r).amount(1, h, h + r.range(1, 3) as u64, huge)
+        } else if have > 0 && !r.chance(10) {
+            (have + r.range(0, 1)) as u64
         } else {
-            r.range(1, 3)
+            r.range(1, 3) as u64
         };
-        let taken = n.min(have);
+        let n_use = usize::try_from(n).unwrap_or(usize::MAX);
+        let taken = n_use.min(have);
         let left = if regular_init {
-            have.max(n)
+            have.max(n_use)
         } else {
             have - taken
         };
@@ -270,21 +378,51 @@ pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
         gen_plain_case(r, id)
     };
     let ids: Vec<usize> = c.machine.numa.iter().map(|n| n.id).collect();
-    let resources: Vec<String> = (0..r.range(1, 3))
+    let mut resources: Vec<String> = (0..r.range(1, 3))
         .map(|i| format!("example.com/dev{i}"))
         .collect();
+    // One case in five has unhealthy devices (each device one in four).
+    let sick = r.chance(20);
     for res in &resources {
+        // A plugin without GetPreferredAllocation (one resource in six): its devices sit
+        // on one node each or none, so which device of a group the kubelet takes (Go set
+        // order) changes nothing but the id; the runner compares such resources by node.
+        let no_preferred = r.chance(16);
+        let start = c.devices.len();
         gen_devices(r, res, &ids, &mut c.devices);
+        for d in &mut c.devices[start..] {
+            if no_preferred && d.numa.len() > 1 {
+                d.numa.truncate(1);
+            }
+            d.unhealthy = sick && r.chance(25);
+        }
+        if no_preferred {
+            c.no_preferred.push(res.clone());
+        }
+        // Two plugins for the resource (one in ten): the first lists other devices.
+        if r.chance(10) {
+            c.shadowed.push(res.clone());
+        }
+    }
+    // A resource whose plugin registered no device (one case in eight).
+    if r.chance(12) {
+        let name = "example.com/empty".to_string();
+        c.device_resources.push(name.clone());
+        resources.push(name);
+    }
+    let mut healthy: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &c.devices {
+        *healthy.entry(d.resource.clone()).or_default() += usize::from(!d.unhealthy);
     }
     for op in &mut c.ops {
         let Some(p) = &mut op.pod else { continue };
         let mut reusable = BTreeMap::new();
         for ct in &mut p.init {
             let regular = !ct.restartable;
-            *ct = with_devices(r, ct.clone(), &resources, &mut reusable, regular);
+            *ct = with_devices(r, ct.clone(), &resources, &healthy, &mut reusable, regular);
         }
         for ct in &mut p.containers {
-            *ct = with_devices(r, ct.clone(), &resources, &mut reusable, false);
+            *ct = with_devices(r, ct.clone(), &resources, &healthy, &mut reusable, false);
         }
     }
     let mut ops = Vec::new();
@@ -294,11 +432,21 @@ pub(crate) fn gen_device_case(r: &mut Rng, id: String) -> CaseJson {
             Some(p) => live.push(p.clone()),
             None => live.retain(|p| p.uid != op.uid),
         }
+        let last = op.pod.as_ref().map(|p| p.uid.clone());
         ops.push(op);
         if !live.is_empty() && r.chance(10) {
             let uid = live[r.range(0, live.len() - 1)].uid.clone();
             ops.push(OpJson {
                 op: "readmit".into(),
+                pod: None,
+                uid,
+            });
+        }
+        // The pod just tried admitted again under the same UID (one in eight): the
+        // kubelet's path for a rejected pod's second attempt (skipped when admitted).
+        if let (Some(uid), true) = (last, r.chance(12)) {
+            ops.push(OpJson {
+                op: "retry".into(),
                 pod: None,
                 uid,
             });
@@ -319,20 +467,29 @@ fn gen_plain_case(r: &mut Rng, id: String) -> CaseJson {
         tm_options.insert("prefer-closest-numa-nodes".into(), "true".into());
     }
     let pods = r.range(1, 6);
-    let ops = gen_ops(r, pods, 25, 35, gen_container);
     let ncpus = machine.cpus.len();
+    let num_reserved = r.range(1, 2.min(ncpus));
+    let allocatable = (ncpus - num_reserved) as u64;
+    let ops = gen_ops(r, pods, 25, 35, |r, name, restartable| {
+        let mut ct = gen_container(r, name, restartable);
+        edge_cpu(r, &mut ct, ncpus as u64, allocatable, 5);
+        ct
+    });
     CaseJson {
         id,
         machine,
         cpu_options: BTreeMap::new(),
         reserved_cpus: String::new(),
-        num_reserved: r.range(1, 2.min(ncpus)),
+        num_reserved,
         tm_policy: tm_policy.into(),
         tm_scope: tm_scope.into(),
         tm_options,
         ops,
         memory: None,
         devices: Vec::new(),
+        device_resources: Vec::new(),
+        no_preferred: Vec::new(),
+        shadowed: Vec::new(),
         checkpoint: false,
     }
 }

@@ -241,7 +241,12 @@ pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
         tm_options.insert("max-allowable-numa-nodes".into(), v.to_string());
     }
     let pods = r.range(1, 8);
-    let ops = gen_ops(r, pods, 20, 40, gen_container);
+    let allocatable = ncpus.saturating_sub(num_reserved) as u64;
+    let ops = gen_ops(r, pods, 20, 40, |r, name, restartable| {
+        let mut ct = gen_container(r, name, restartable);
+        edge_cpu(r, &mut ct, ncpus as u64, allocatable, 6);
+        ct
+    });
     CaseJson {
         id,
         machine,
@@ -254,6 +259,174 @@ pub(crate) fn gen_case(r: &mut Rng, id: String, kinds: Machines) -> CaseJson {
         ops,
         memory: None,
         devices: Vec::new(),
+        device_resources: Vec::new(),
+        no_preferred: Vec::new(),
+        shadowed: Vec::new(),
         checkpoint: false,
+    }
+}
+
+/// The edge classes of a requested quantity the generator draws for every resource kind
+/// (cpu, memory, huge pages, devices): zero, one unit, exactly what is available, more
+/// than available, and very large (near the int64 range the kubelet's `Value()` uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Edge {
+    Zero,
+    One,
+    Exact,
+    More,
+    Huge,
+}
+
+impl Edge {
+    /// One of the five, evenly.
+    pub(crate) fn draw(r: &mut Rng) -> Edge {
+        [Edge::Zero, Edge::One, Edge::Exact, Edge::More, Edge::Huge][r.range(0, 4)]
+    }
+
+    /// The amount for this class: `unit` is one unit, `exact` what is available, `more`
+    /// more than available, `huge` a very large amount.
+    pub(crate) fn amount(self, unit: u64, exact: u64, more: u64, huge: u64) -> u64 {
+        match self {
+            Edge::Zero => 0,
+            Edge::One => unit,
+            Edge::Exact => exact,
+            Edge::More => more,
+            Edge::Huge => huge,
+        }
+    }
+
+    /// The class of `v` against the same references (`None`: an ordinary amount).
+    pub(crate) fn classify(
+        v: u64,
+        unit: u64,
+        exact: &[u64],
+        more_than: u64,
+        huge: u64,
+    ) -> Option<Edge> {
+        if v == 0 {
+            Some(Edge::Zero)
+        } else if v == unit {
+            Some(Edge::One)
+        } else if exact.contains(&v) {
+            Some(Edge::Exact)
+        } else if v >= huge {
+            Some(Edge::Huge)
+        } else if v > more_than {
+            Some(Edge::More)
+        } else {
+            None
+        }
+    }
+}
+
+/// A very large CPU request: four million cores.
+pub(crate) const HUGE_CPUS: u64 = 4_000_000;
+
+/// The CPUs the static policy can hand out on an empty machine: all but the reserved ones.
+pub(crate) fn allocatable_cpus(c: &CaseJson) -> u64 {
+    let reserved = if c.reserved_cpus.is_empty() {
+        c.num_reserved
+    } else {
+        c.reserved_cpus
+            .parse::<CpuSet>()
+            .map(|s| s.len())
+            .unwrap_or(c.num_reserved)
+    };
+    c.machine.cpus.len().saturating_sub(reserved) as u64
+}
+
+/// With `pct` %, replaces `ct`'s CPU request and limit by an edge amount (`Edge`): 0, one
+/// core, every allocatable CPU of an empty machine, more CPUs than the machine has, or
+/// four million cores.
+pub(crate) fn edge_cpu(
+    r: &mut Rng,
+    ct: &mut ContainerJson,
+    ncpus: u64,
+    allocatable: u64,
+    pct: u64,
+) {
+    if !r.chance(pct) {
+        return;
+    }
+    let more = ncpus + r.range(1, 8) as u64;
+    let cores = Edge::draw(r).amount(1, allocatable, more, HUGE_CPUS);
+    let q = cores.to_string();
+    ct.requests.cpu = q.clone();
+    if !ct.limits.cpu.is_empty() {
+        ct.limits.cpu = q;
+    }
+}
+
+/// Per edge class and resource kind, how many container requests of `c` fall in it
+/// (`cpu/zero`, `memory/huge`, `hugepages-2Mi/exact`, `devices/more`, ...).
+pub(crate) fn edge_tally(c: &CaseJson, out: &mut BTreeMap<String, usize>) {
+    let ncpus = c.machine.cpus.len() as u64;
+    let node_mem: Vec<u64> = c.machine.numa.iter().map(|n| n.memory).collect();
+    let total_mem: u64 = node_mem.iter().sum();
+    let pages = |kib: u64| -> Vec<u64> {
+        c.machine
+            .numa
+            .iter()
+            .map(|n| {
+                n.hugepages
+                    .iter()
+                    .filter(|h| h[0] == kib)
+                    .map(|h| h[1] * kib * 1024)
+                    .sum()
+            })
+            .collect()
+    };
+    let mut healthy: BTreeMap<&str, u64> = BTreeMap::new();
+    for d in &c.devices {
+        *healthy.entry(d.resource.as_str()).or_default() += u64::from(!d.unhealthy);
+    }
+    for r in &c.device_resources {
+        healthy.entry(r.as_str()).or_default();
+    }
+    let mut add = |kind: &str, e: Option<Edge>| {
+        if let Some(e) = e {
+            *out.entry(format!("{kind}/{}", format!("{e:?}").to_lowercase()))
+                .or_default() += 1;
+        }
+    };
+    for p in c.ops.iter().filter_map(|o| o.pod.as_ref()) {
+        for ct in p.init.iter().chain(&p.containers) {
+            let q = &ct.requests;
+            if let Some(m) = crate::cpu::millis(&q.cpu) {
+                let exact = [allocatable_cpus(c) * 1000];
+                add(
+                    "cpu",
+                    Edge::classify(m, 1000, &exact, ncpus * 1000, HUGE_CPUS * 1000),
+                );
+            }
+            if c.memory.is_some() {
+                if let Some(b) = crate::cpu::bytes(&q.memory) {
+                    add(
+                        "memory",
+                        Edge::classify(b, 1, &node_mem, total_mem, 1 << 50),
+                    );
+                }
+                for (kind, kib, s) in [
+                    ("hugepages-2Mi", 2048, &q.hugepages_2mi),
+                    ("hugepages-1Gi", 1 << 20, &q.hugepages_1gi),
+                ] {
+                    if let Some(b) = crate::cpu::bytes(s) {
+                        let have = pages(kib);
+                        let all: u64 = have.iter().sum();
+                        add(
+                            kind,
+                            Edge::classify(b, kib * 1024, &have, all, (1 << 50) - (1 << 30)),
+                        );
+                    }
+                }
+            }
+            for (res, n) in &ct.limits.extended {
+                let (Ok(n), Some(h)) = (n.parse::<u64>(), healthy.get(res.as_str())) else {
+                    continue;
+                };
+                add("devices", Edge::classify(n, 1, &[*h], *h, 1 << 20));
+            }
+        }
     }
 }

@@ -72,6 +72,18 @@ struct Tally {
     ambiguous: Vec<String>,
     readmits: usize,
     readmits_skipped: usize,
+    retries: usize,
+    retries_skipped: usize,
+    /// Cases compared up to a device pick of a plugin without a preferred allocation.
+    set_order_picks: Vec<String>,
+    /// Container requests per resource kind and edge class (`cpu/zero`, `devices/huge`).
+    edges: BTreeMap<String, usize>,
+    /// Device cases with unhealthy devices, resources without devices, plugins without a
+    /// preferred allocation, two plugins for one resource.
+    unhealthy_cases: usize,
+    empty_resource_cases: usize,
+    no_preferred_cases: usize,
+    shadowed_cases: usize,
 }
 
 /// The kind of cases a campaign generates.
@@ -194,9 +206,17 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             if let Some((i, why)) = device::ambiguous(c, k, &e) {
                 t.ambiguous.push(format!("{} ops[{i}]: {why}", c.id));
             }
+            if let Some((i, why)) = device::set_order_pick(c, k, &e) {
+                t.set_order_picks.push(format!("{} ops[{i}]: {why}", c.id));
+            }
             if !k.config_error.is_empty() {
                 t.config_refused += 1;
             }
+            generator::edge_tally(c, &mut t.edges);
+            t.unhealthy_cases += usize::from(c.devices.iter().any(|d| d.unhealthy));
+            t.empty_resource_cases += usize::from(!c.device_resources.is_empty());
+            t.no_preferred_cases += usize::from(!c.no_preferred.is_empty());
+            t.shadowed_cases += usize::from(!c.shadowed.is_empty());
             *t.by_tm
                 .entry(format!("{}/{}", c.tm_policy, c.tm_scope))
                 .or_default() += 1;
@@ -229,6 +249,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
                     ("remove", _) => t.removes += 1,
                     ("readmit", _) if r.skipped => t.readmits_skipped += 1,
                     ("readmit", true) => t.readmits += 1,
+                    ("retry", _) if r.skipped => t.retries_skipped += 1,
+                    ("retry", _) => t.retries += 1,
                     (_, true) => t.admits += 1,
                     (_, false) => t.rejects += 1,
                 }
@@ -270,6 +292,20 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
         for x in t.ambiguous.iter().take(5) {
             eprintln!("    {x}");
         }
+    }
+    eprintln!(
+        "  edge quantities compared (container requests): {:?}",
+        t.edges
+    );
+    if kind == Kind::Device {
+        eprintln!(
+            "  cases with unhealthy devices: {}, a resource without devices: {}, a plugin without GetPreferredAllocation: {}, two plugins for a resource: {}; rejected pods admitted again (retry): {} compared, {} skipped (admitted)",
+            t.unhealthy_cases, t.empty_resource_cases, t.no_preferred_cases, t.shadowed_cases, t.retries, t.retries_skipped
+        );
+        eprintln!(
+            "  compared up to a pick without GetPreferredAllocation (same count from each group, other ids): {}",
+            t.set_order_picks.len()
+        );
     }
     eprintln!("  upstream timeouts (oracle > 2 s): {}", t.timeouts.len());
     for x in &t.timeouts {
@@ -434,7 +470,7 @@ fn oracle_replay() {
         bin,
         child: None,
         restarts: 0,
-        devices: !c.devices.is_empty(),
+        devices: c.has_devices(),
     };
     let k = oracle.ask(std::slice::from_ref(&c)).remove(0);
     let e = run_engine(&c).expect("engine runs the case");

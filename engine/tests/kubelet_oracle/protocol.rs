@@ -60,6 +60,9 @@ pub(crate) struct DeviceJson {
     /// NUMA node ids; empty: no topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) numa: Vec<usize>,
+    /// The plugin lists the device as unhealthy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) unhealthy: bool,
 }
 
 /// Devices per container, resource -> sorted ids.
@@ -160,6 +163,17 @@ pub(crate) struct CaseJson {
     /// The device manager runs with these devices when not empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) devices: Vec<DeviceJson>,
+    /// Resources whose plugin registers and lists no device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) device_resources: Vec<String>,
+    /// Resources whose plugin offers no `GetPreferredAllocation` (the kubelet picks within
+    /// a group in Go set order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) no_preferred: Vec<String>,
+    /// Resources served by two plugins, the first listing other devices (ghosts); the
+    /// engine sees only the case's devices, as the kubelet keeps the last list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) shadowed: Vec<String>,
     /// Ask for the checkpoint files the kubelet's checkpoint code writes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) checkpoint: bool,
@@ -239,4 +253,11 @@ pub(crate) struct Answer {
     pub(crate) panic: String,
     #[serde(default)]
     pub(crate) error: String,
+}
+
+impl CaseJson {
+    /// Whether the device manager runs (devices, or resources registered without one).
+    pub(crate) fn has_devices(&self) -> bool {
+        !self.devices.is_empty() || !self.device_resources.is_empty()
+    }
 }

@@ -12,8 +12,9 @@ pub(crate) fn shrink_candidates(c: &CaseJson) -> Vec<CaseJson> {
         let removed = s.ops.remove(i);
         if removed.op == "admit" {
             let uid = op_uid(&removed).to_string();
-            s.ops
-                .retain(|o| !((o.op == "remove" || o.op == "readmit") && o.uid == uid));
+            s.ops.retain(|o| {
+                !(matches!(o.op.as_str(), "remove" | "readmit" | "retry") && o.uid == uid)
+            });
         }
         out.push(s);
     }
