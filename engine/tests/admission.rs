@@ -715,3 +715,144 @@ fn second_attempt_of_a_rejected_pod_reuses_the_first_attempts_init_resources() {
     assert!(a.admit(&q).admitted());
     assert!(a.cpu_policy().unwrap().reusable(&p.uid).is_empty());
 }
+
+/// The device hints a container gets as a list (panics on "don't care" or no request).
+fn device_hint_list(m: &DeviceManager, p: &Pod, c: &Container, res: &str) -> Vec<TopologyHint> {
+    match m.container_hints(p, c).and_then(|mut h| h.remove(res)) {
+        Some(DeviceHints::Implicit(s)) => s.materialize(),
+        Some(DeviceHints::Explicit(l)) => l,
+        other => panic!("{res}: {other:?}"),
+    }
+}
+
+fn nodes_of(hints: &[TopologyHint]) -> Vec<Vec<usize>> {
+    hints
+        .iter()
+        .map(|h| h.affinity.map(|m| m.ids().collect()).unwrap_or_default())
+        .collect()
+}
+
+/// Oracle divergence `0x18ec670377080f57/236` (kubelet v1.37.2 `ManagerImpl.Allocate`): the
+/// device manager's `Allocate` runs for every container of every admitted pod, devices or
+/// not, and first drops every other pod's `devicesToReuse`. A rejected pod whose init
+/// container had taken a device on node 0 is tried again after another pod's admission:
+/// when that pod asks for no device (or is an admitted pod admitted again), the kubelet has
+/// forgotten the reusable device, so the second attempt's init container is not tied to
+/// node 0. The engine dropped the bookkeeping only when a container with device requests
+/// got new devices (before the fix: every row kept node 0).
+#[test]
+fn any_other_pods_allocation_drops_a_rejected_pods_reusable_devices() {
+    let t = machine(2, 4, 1, 1);
+    let mut cfg = config(
+        "0",
+        StaticPolicyOptions::default(),
+        TmPolicy::SingleNumaNode,
+        TmScope::Container,
+    );
+    cfg.devices = (0..2)
+        .map(|n| DeviceSpec {
+            resource: "x/dev".into(),
+            id: format!("d{n}"),
+            numa_nodes: vec![n],
+            healthy: true,
+        })
+        .collect();
+    let init = container("init", 2, &[("x/dev", 1)]);
+    let p = pod("p", vec![init], vec![container("app", 5, &[])]);
+    let other = pod("o", vec![], vec![container("main", 1, &[])]);
+    // (what happens between the two attempts, whether the reusable device stays)
+    type Step = fn(&mut NodeAdmitter, &Pod);
+    let rows: [(&str, Step, bool); 5] = [
+        ("nothing", |_, _| {}, true),
+        ("a pod without devices", |a, o| assert!(a.admit(o).admitted()), false),
+        (
+            "an admitted pod without devices admitted again",
+            |a, o| {
+                assert!(a.admit(o).admitted());
+                assert!(a.admit(o).admitted());
+            },
+            false,
+        ),
+        (
+            "a pod refused by the topology manager (no Allocate)",
+            |a, _| {
+                let big = pod("big", vec![], vec![container("main", 9, &[])]);
+                assert!(!a.admit(&big).admitted());
+            },
+            true,
+        ),
+        (
+            "a removal (no allocation)",
+            |a, o| a.remove_pod(&o.uid),
+            true,
+        ),
+    ];
+    for (what, step, kept) in rows {
+        let mut a = NodeAdmitter::new(t.clone(), &cfg).unwrap();
+        assert!(!a.admit(&p).admitted(), "{what}");
+        step(&mut a, &other);
+        let hints = device_hint_list(a.devices(), &p, &p.init_containers[0], "x/dev");
+        let want: Vec<Vec<usize>> = if kept {
+            vec![vec![0], vec![0, 1]]
+        } else {
+            vec![vec![0], vec![1], vec![0, 1]]
+        };
+        assert_eq!(nodes_of(&hints), want, "{what}");
+    }
+}
+
+/// Oracle divergence (kubelet v1.37.2, a `readmit` whose app container asks
+/// `example.com/dev0: "0"` beside another device resource): admitting an admitted pod
+/// again runs `Allocate` for every container; a regular init container that already holds
+/// devices makes them reusable again (`addContainerAllocatedResources`), so the app
+/// container's zero request of that resource gets hints tied to the init container's node.
+/// The engine skipped containers that already held devices, so after another pod's
+/// allocation the pod's reusable devices were gone (before the fix: `{0}`, `{1}`, `{0,1}`).
+#[test]
+fn readmission_makes_the_init_containers_devices_reusable_again() {
+    let dev = |r: &str, id: &str, n: usize| DeviceSpec {
+        resource: r.into(),
+        id: id.into(),
+        numa_nodes: vec![n],
+        healthy: true,
+    };
+    let devices = [
+        dev("x/a", "a0", 0),
+        dev("x/a", "a1", 1),
+        dev("x/b", "b0", 0),
+        dev("x/b", "b1", 1),
+    ];
+    let init = container("init", 1, &[("x/a", 1)]);
+    let app = container("app", 1, &[("x/a", 0), ("x/b", 1)]);
+    let p = pod("p", vec![init], vec![app]);
+    let q = pod("q", vec![], vec![container("main", 1, &[("x/b", 1)])]);
+    let on = |n: usize| TopologyHint {
+        affinity: Some(NumaMask::from_bits(1 << n)),
+        preferred: true,
+    };
+    // (pods allocated between the admission and the re-admission, dev hints of the app's
+    // zero request on re-admission)
+    let rows: [(&[&Pod], Vec<Vec<usize>>); 2] = [
+        (&[], vec![vec![0], vec![0, 1]]),
+        (&[&q], vec![vec![0], vec![0, 1]]),
+    ];
+    for (between, want) in rows {
+        let mut m = DeviceManager::new(&devices, &[0, 1]).unwrap();
+        m.allocate(&p, &p.init_containers[0], Some(&on(0))).unwrap();
+        m.allocate(&p, &p.containers[0], Some(&on(1))).unwrap();
+        assert_eq!(m.allocated(&p.uid, "app").unwrap()["x/b"].len(), 1);
+        assert!(m.allocated(&p.uid, "app").unwrap().get("x/a").is_none());
+        for o in between {
+            m.allocate(o, &o.containers[0], Some(&on(0))).unwrap();
+        }
+        // Re-admission: the init container keeps its device and makes it reusable.
+        m.allocate(&p, &p.init_containers[0], Some(&on(0))).unwrap();
+        let hints = device_hint_list(&m, &p, &p.containers[0], "x/a");
+        assert_eq!(nodes_of(&hints), want, "between: {}", between.len());
+        // The devices the app holds regenerate their own hints.
+        let b = device_hint_list(&m, &p, &p.containers[0], "x/b");
+        assert_eq!(nodes_of(&b), vec![vec![1], vec![0, 1]]);
+        m.allocate(&p, &p.containers[0], Some(&on(0))).unwrap();
+        assert_eq!(m.allocated(&p.uid, "app").unwrap()["x/b"].len(), 1);
+    }
+}

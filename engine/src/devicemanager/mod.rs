@@ -87,6 +87,21 @@ pub enum DeviceError {
         /// Resource.
         resource: String,
     },
+    /// A container that already holds devices of a resource asks for a different number
+    /// (kubelet `devicesToAllocate`, on a re-admission).
+    #[error("pod {pod:?} container {container:?} changed request for resource {resource:?} from {from} to {to}")]
+    ChangedRequest {
+        /// Pod UID.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Resource.
+        resource: String,
+        /// Devices held.
+        from: usize,
+        /// Devices requested now.
+        to: u64,
+    },
     /// Not enough free devices (kubelet `devicesToAllocate`).
     #[error("requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}")]
     Unavailable {
@@ -408,7 +423,10 @@ impl DeviceManager {
                 .and_then(|m| m.get(r))
                 .cloned()
                 .unwrap_or_default();
-            if ((available.len() + reusable.len()) as u64) < *n {
+            // The kubelet checks the union: a device both free and reusable (a second
+            // attempt of a rejected pod, whose devices went back) counts once here, but
+            // twice in the per-mask count below, as in `generateDeviceTopologyHints`.
+            if (available.union(&reusable).count() as u64) < *n {
                 out.insert(r.clone(), DeviceHints::Explicit(Vec::new()));
                 continue;
             }
@@ -451,31 +469,45 @@ impl DeviceManager {
         }
     }
 
-    /// Picks devices for a container under the merged hint; `hint` None = no affinity.
+    /// The kubelet's `Allocate` for one container of `pod` (called for every container of
+    /// every pod admitted, device requests or not): picks devices for the container's
+    /// requests under the merged hint (`hint` None = no affinity), keeps what it already
+    /// holds (a re-admission), and updates the pod's reusable devices.
     pub fn allocate(
         &mut self,
         pod: &Pod,
         c: &Container,
         hint: Option<&TopologyHint>,
     ) -> Result<(), DeviceError> {
-        let request = self.container_request(c);
-        if request.is_empty() {
-            return Ok(());
-        }
-        if self.allocated(&pod.uid, &c.name).is_some() {
-            return Ok(());
-        }
+        // `Allocate` runs for every container of every admitted pod, with or without device
+        // requests, and first drops the reuse bookkeeping of every other pod.
         self.reusable.retain(|uid, _| uid == &pod.uid);
+        let request = self.container_request(c);
+        let held = self.allocated(&pod.uid, &c.name).cloned().unwrap_or_default();
         let mut given: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (r, n) in &request {
-            // `devicesToAllocate` checks for a healthy device before the request size.
+            // `devicesToAllocate`: devices the container already holds (a re-admission)
+            // must match the request, before any other check.
+            let have = held.get(r);
+            if let Some(have) = have {
+                if have.len() as u64 != *n {
+                    return Err(DeviceError::ChangedRequest {
+                        pod: pod.uid.clone(),
+                        container: c.name.clone(),
+                        resource: r.clone(),
+                        from: have.len(),
+                        to: *n,
+                    });
+                }
+            }
+            // Then it checks for a healthy device before the request size.
             if self.healthy_count(r) == 0 {
                 return Err(DeviceError::NoHealthy {
                     resource: r.clone(),
                 });
             }
             let needed = usize::try_from(*n).unwrap_or(usize::MAX);
-            if needed == 0 {
+            if needed == 0 || have.is_some() {
                 continue;
             }
             let mut picked: BTreeSet<String> = BTreeSet::new();
@@ -508,16 +540,25 @@ impl DeviceManager {
             }
             given.insert(r.clone(), picked);
         }
-        if given.is_empty() {
-            // Only zero requests: the kubelet records nothing for the container.
-            return Ok(());
+        if !given.is_empty() {
+            self.allocated
+                .entry(pod.uid.clone())
+                .or_default()
+                .entry(c.name.clone())
+                .or_default()
+                .extend(given);
         }
+        // Every device the container holds (also from an earlier admission) becomes
+        // reusable after a regular init container (`addContainerAllocatedResources`) and
+        // stops being reusable after any other container (`removeContainerAllocatedResources`);
+        // zero requests record nothing, so they change nothing here.
         let regular_init = pod
             .init_containers
             .iter()
             .any(|x| x.name == c.name && !x.restartable);
+        let holds = self.allocated(&pod.uid, &c.name).cloned().unwrap_or_default();
         let reuse = self.reusable.entry(pod.uid.clone()).or_default();
-        for (r, ds) in &given {
+        for (r, ds) in &holds {
             let e = reuse.entry(r.clone()).or_default();
             if regular_init {
                 e.extend(ds.iter().cloned());
@@ -525,10 +566,6 @@ impl DeviceManager {
                 e.retain(|d| !ds.contains(d));
             }
         }
-        self.allocated
-            .entry(pod.uid.clone())
-            .or_default()
-            .insert(c.name.clone(), given);
         Ok(())
     }
 
@@ -594,10 +631,11 @@ impl DeviceManager {
         }
     }
 
-    /// Releases every container of a pod.
+    /// Releases every container of a pod (the kubelet's `UpdateAllocatedDevices` once the
+    /// pod is no longer active). Its reuse bookkeeping stays, as `devicesToReuse` does,
+    /// until another pod's container is allocated.
     pub fn remove_pod(&mut self, pod_uid: &str) {
         self.allocated.remove(pod_uid);
-        self.reusable.remove(pod_uid);
     }
 }
 
