@@ -764,7 +764,11 @@ fn any_other_pods_allocation_drops_a_rejected_pods_reusable_devices() {
     type Step = fn(&mut NodeAdmitter, &Pod);
     let rows: [(&str, Step, bool); 5] = [
         ("nothing", |_, _| {}, true),
-        ("a pod without devices", |a, o| assert!(a.admit(o).admitted()), false),
+        (
+            "a pod without devices",
+            |a, o| assert!(a.admit(o).admitted()),
+            false,
+        ),
         (
             "an admitted pod without devices admitted again",
             |a, o| {

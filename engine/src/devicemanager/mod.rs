@@ -483,7 +483,10 @@ impl DeviceManager {
         // requests, and first drops the reuse bookkeeping of every other pod.
         self.reusable.retain(|uid, _| uid == &pod.uid);
         let request = self.container_request(c);
-        let held = self.allocated(&pod.uid, &c.name).cloned().unwrap_or_default();
+        let held = self
+            .allocated(&pod.uid, &c.name)
+            .cloned()
+            .unwrap_or_default();
         let mut given: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (r, n) in &request {
             // `devicesToAllocate`: devices the container already holds (a re-admission)
@@ -556,7 +559,10 @@ impl DeviceManager {
             .init_containers
             .iter()
             .any(|x| x.name == c.name && !x.restartable);
-        let holds = self.allocated(&pod.uid, &c.name).cloned().unwrap_or_default();
+        let holds = self
+            .allocated(&pod.uid, &c.name)
+            .cloned()
+            .unwrap_or_default();
         let reuse = self.reusable.entry(pod.uid.clone()).or_default();
         for (r, ds) in &holds {
             let e = reuse.entry(r.clone()).or_default();

@@ -256,6 +256,15 @@ pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(us
     None
 }
 
+/// Whether a resource of the case has devices and none of them a NUMA affinity.
+pub(crate) fn has_resource_without_topology(c: &CaseJson) -> bool {
+    let mut topo: BTreeMap<&str, bool> = BTreeMap::new();
+    for d in &c.devices {
+        *topo.entry(d.resource.as_str()).or_default() |= !d.numa.is_empty();
+    }
+    topo.values().any(|t| !t)
+}
+
 /// The first device difference at one operation, if any.
 pub(crate) fn compare_op(what: &str, k: &OpResult, e: &OpResult) -> Option<String> {
     if k.dev_hints != e.dev_hints {

@@ -84,6 +84,10 @@ struct Tally {
     empty_resource_cases: usize,
     no_preferred_cases: usize,
     shadowed_cases: usize,
+    /// Device cases with a device without NUMA affinity, and with a resource none of whose
+    /// devices has one (no topology preference).
+    no_topology_device_cases: usize,
+    no_topology_resource_cases: usize,
 }
 
 /// The kind of cases a campaign generates.
@@ -217,6 +221,8 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
             t.empty_resource_cases += usize::from(!c.device_resources.is_empty());
             t.no_preferred_cases += usize::from(!c.no_preferred.is_empty());
             t.shadowed_cases += usize::from(!c.shadowed.is_empty());
+            t.no_topology_device_cases += usize::from(c.devices.iter().any(|d| d.numa.is_empty()));
+            t.no_topology_resource_cases += usize::from(device::has_resource_without_topology(c));
             *t.by_tm
                 .entry(format!("{}/{}", c.tm_policy, c.tm_scope))
                 .or_default() += 1;
@@ -301,6 +307,10 @@ fn campaign(bin: PathBuf, seed: u64, cases: usize, kind: Kind) -> Tally {
         eprintln!(
             "  cases with unhealthy devices: {}, a resource without devices: {}, a plugin without GetPreferredAllocation: {}, two plugins for a resource: {}; rejected pods admitted again (retry): {} compared, {} skipped (admitted)",
             t.unhealthy_cases, t.empty_resource_cases, t.no_preferred_cases, t.shadowed_cases, t.retries, t.retries_skipped
+        );
+        eprintln!(
+            "  cases with a device without NUMA affinity: {}, a resource without topology: {}",
+            t.no_topology_device_cases, t.no_topology_resource_cases
         );
         eprintln!(
             "  compared up to a pick without GetPreferredAllocation (same count from each group, other ids): {}",
