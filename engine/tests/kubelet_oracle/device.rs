@@ -184,6 +184,62 @@ pub(crate) fn set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(us
     if c.no_preferred.is_empty() {
         return None;
     }
+    let admitted = admitted_set_order_pick(c, k, e);
+    let retry = retry_after_set_order_pick(c, k);
+    match (admitted, retry) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The first `retry` whose hints and picks may depend on which devices the pod's failed
+/// attempt took in Go set order: a regular init container of the pod asks for a resource
+/// whose plugin offers no `GetPreferredAllocation` (and has more healthy devices than it
+/// asks for), and no other pod was admitted since that attempt (an admission runs
+/// `Allocate`, which drops the pod's `devicesToReuse`). The kubelet does not say which
+/// devices a rejected attempt took, so such a retry is compared up to that operation.
+fn retry_after_set_order_pick(c: &CaseJson, k: &Answer) -> Option<(usize, String)> {
+    let mut healthy: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in &c.devices {
+        *healthy.entry(d.resource.as_str()).or_default() += usize::from(!d.unhealthy);
+    }
+    // pod uid -> index of its last attempt that the oracle ran.
+    let mut last_attempt: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut admitted_since: BTreeMap<&str, bool> = BTreeMap::new();
+    for (i, op) in c.ops.iter().enumerate() {
+        let Some(kr) = k.results.get(i) else { break };
+        if op.op == "remove" || kr.skipped {
+            continue;
+        }
+        let uid = crate::cpu::op_uid(op);
+        if op.op == "retry" && last_attempt.contains_key(uid) && !admitted_since[uid] {
+            let pod = crate::cpu::op_pod(c, i)?;
+            let choice = pod.init.iter().filter(|ct| !ct.restartable).find_map(|ct| {
+                requests(ct).into_iter().find(|(r, n)| {
+                    c.no_preferred.contains(r)
+                        && *n > 0
+                        && *n < healthy.get(r.as_str()).copied().unwrap_or(0)
+                })
+            });
+            if let Some((r, n)) = choice {
+                return Some((
+                    i,
+                    format!("{uid}: its failed attempt's init took {n} {r} in Go set order"),
+                ));
+            }
+        }
+        if kr.admit {
+            for (_, since) in admitted_since.iter_mut() {
+                *since = true;
+            }
+        }
+        last_attempt.insert(uid, i);
+        admitted_since.insert(uid, false);
+    }
+    None
+}
+
+fn admitted_set_order_pick(c: &CaseJson, k: &Answer, e: &Answer) -> Option<(usize, String)> {
     let masks: BTreeMap<(&str, &str), &[usize]> = c
         .devices
         .iter()
