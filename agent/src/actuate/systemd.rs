@@ -249,9 +249,14 @@ impl SystemdBus {
     /// Stops `GUARD_UNIT` (a guard of an earlier apply, or ours); a unit systemd does not
     /// know (never armed, or already ended and collected) is fine.
     fn stop_guard(&mut self) -> Result<(), String> {
-        match self.job_with("StopUnit", GUARD_UNIT, &(GUARD_UNIT, "replace")) {
+        // An answer (NoSuchUnit) is no reason to drop the connection.
+        match self.job_once("StopUnit", GUARD_UNIT, &(GUARD_UNIT, "replace")) {
             Err(e) if e.contains(NO_SUCH_UNIT) => Ok(()),
-            r => r,
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
     }
 
