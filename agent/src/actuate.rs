@@ -20,9 +20,14 @@
 //! `applying` back from the backups, so after any kill the pair (drop-in, state) is either
 //! all old or all new, and a backup is never removed while a journal needs it.
 //!
-//! Order: for RewriteState the kubelet is stopped before the state file is rewritten (a
-//! running kubelet rewrites its checkpoint from memory at every change) and started after;
-//! RestartOnly writes the drop-in and restarts. Then verify: the service is healthy, the
+//! Order: the guard is armed first ([`guard`]: a transient systemd unit that starts the
+//! kubelet, restoring the backups when the apply was not verified, if the agent dies). For
+//! RewriteState the kubelet is stopped before the state file is rewritten (a running kubelet
+//! rewrites its checkpoint from memory at every change), its files are read again and the
+//! change planned again ([`replan`]: a plan of another class stops the apply, the kubelet
+//! started unchanged), the backups are taken, and it is started after; RestartOnly
+//! re-plans, writes the drop-in and restarts. `revert` ([`revert`]) goes the same way back to
+//! the node's own configuration. Then verify: the service is healthy, the
 //! kubelet's effective owned fields (config file + every drop-in) are the desired ones (a
 //! later drop-in may override ours), and the state file on disk is one the kubelet accepts
 //! under the new configuration. On failure: restore the backups, restart again, report
@@ -639,7 +644,9 @@ fn dry_run_actions(files: &KubeletFiles, target: &replan::Target) -> Vec<String>
     let stops = replan::stops_first(target);
     if stops {
         actions.push("stop the kubelet".to_string());
-        actions.push("read the kubelet's files again and re-plan (refuse if the plan changed class)".into());
+        actions.push(
+            "read the kubelet's files again and re-plan (refuse if the plan changed class)".into(),
+        );
     }
     if target.new_state.is_some() {
         actions.push(format!(
@@ -679,7 +686,9 @@ fn carry_out(
     // 0. The guard, before anything changes: from here the kubelet comes back whatever
     // happens to the agent.
     let guarded = svc.arm_guard().map_err(|x| {
-        format!("arming the guard failed, so nothing was changed (the kubelet was not stopped): {x}")
+        format!(
+            "arming the guard failed, so nothing was changed (the kubelet was not stopped): {x}"
+        )
     })?;
     svc.reached(Step::Armed);
     // 1. Stop the kubelet (a state rewrite: a running kubelet rewrites its checkpoint from
@@ -795,7 +804,9 @@ fn carry_out(
     }
     svc.reached(Step::StateWritten);
     let put = match &target.dropin {
-        Some(d) => w.write(&dropin_path, d.as_bytes()).map_err(anyhow::Error::from),
+        Some(d) => w
+            .write(&dropin_path, d.as_bytes())
+            .map_err(anyhow::Error::from),
         None => w.remove(&dropin_path),
     };
     if let Err(x) = put {

@@ -55,7 +55,11 @@ fn state_with_late(cpus: &str) -> String {
 fn stop_that_checkpoints(k: &Kubelet, state: &str) -> String {
     let src = k.p("late_state");
     fs::write(&src, state).unwrap();
-    format!("cp {} {}", src.display(), k.p("lib/cpu_manager_state").display())
+    format!(
+        "cp {} {}",
+        src.display(),
+        k.p("lib/cpu_manager_state").display()
+    )
 }
 
 fn with_late_pod(k: &Kubelet) -> std::path::PathBuf {
@@ -206,9 +210,15 @@ fn revert_takes_the_node_back_to_its_own_configuration() {
     assert!(out.status.success(), "{v:#}");
     assert_eq!(v["reason"], "Reverted", "{v:#}");
     assert_eq!(v["plan"]["class"], "RewriteState", "{v:#}");
-    assert_eq!(body(k.read("lib/cpu_manager_state").unwrap()), body(original.clone()));
+    assert_eq!(
+        body(k.read("lib/cpu_manager_state").unwrap()),
+        body(original.clone())
+    );
     assert_eq!(tree_names(&k.p("conf.d")), Vec::<String>::new());
-    assert_eq!(tree_names(&k.p("lib")), vec!["cpu_manager_state".to_string()]);
+    assert_eq!(
+        tree_names(&k.p("lib")),
+        vec!["cpu_manager_state".to_string()]
+    );
     // Again: nothing to revert.
     let (out, v) = revert(&k, &OK_HOOKS);
     assert!(out.status.success(), "{v:#}");
@@ -261,7 +271,10 @@ fn revert_takes_the_node_back_to_its_own_configuration() {
     assert!(!out.status.success());
     assert_eq!(v["reason"], "DryRun", "{v:#}");
     let actions = v["actions"].to_string();
-    assert!(actions.contains("remove") && actions.contains("90-nodetopo.conf"), "{actions}");
+    assert!(
+        actions.contains("remove") && actions.contains("90-nodetopo.conf"),
+        "{actions}"
+    );
     assert_eq!(
         (
             k.read("conf.d/90-nodetopo.conf"),

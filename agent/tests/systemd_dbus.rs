@@ -227,7 +227,8 @@ impl Manager {
             let mut f = self.0.lock().unwrap();
             let mut names: Vec<&str> = properties.iter().map(|(k, _)| k.as_str()).collect();
             names.sort();
-            f.calls.push(format!("guard properties: {}", names.join(" ")));
+            f.calls
+                .push(format!("guard properties: {}", names.join(" ")));
             let exec = properties
                 .iter()
                 .find(|(k, _)| k == "ExecStart")
@@ -515,7 +516,10 @@ async fn restart_over_dbus() {
     let k = Kubelet::new();
     let gone = format!("unix:path={}", k.p("no-bus").display());
     let (out, v) = k
-        .apply("policy-restart.yaml", &["--systemd-address", &gone, "--no-guard"])
+        .apply(
+            "policy-restart.yaml",
+            &["--systemd-address", &gone, "--no-guard"],
+        )
         .await;
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     let msg = v["message"].as_str().unwrap();
@@ -677,7 +681,11 @@ async fn guard_over_dbus() {
             .map(String::from)
             .collect();
         assert_eq!(calls, expected, "{at}");
-        assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state(), "{at}");
+        assert_eq!(
+            k.read("lib/cpu_manager_state").unwrap(),
+            original_state(),
+            "{at}"
+        );
         assert!(k.read("conf.d/90-nodetopo.conf").is_none(), "{at}");
         assert!(k.read("lib/nodetopo-apply.journal").is_none(), "{at}");
         assert!(k.read("lib/nodetopo-apply.journal.guard").is_none(), "{at}");
@@ -687,5 +695,7 @@ async fn guard_over_dbus() {
         f.calls.clear();
         n += 1;
     }
-    println!("guard over D-Bus (real dbus-daemon, fake systemd, real guard script): {n} cases passed");
+    println!(
+        "guard over D-Bus (real dbus-daemon, fake systemd, real guard script): {n} cases passed"
+    );
 }

@@ -33,7 +33,8 @@ pub(crate) fn stops_first(t: &Target) -> bool {
 /// Ok when `after` (planned after the stop) may be carried out in place of `before`: the
 /// same class. Otherwise the reason, naming both classes and the new plan's first step.
 pub(crate) fn compare(before: &Target, after: &Target) -> Result<(), String> {
-    if before.plan.class == after.plan.class && before.new_state.is_some() == after.new_state.is_some()
+    if before.plan.class == after.plan.class
+        && before.new_state.is_some() == after.new_state.is_some()
     {
         return Ok(());
     }
