@@ -20,9 +20,14 @@
 //! `applying` back from the backups, so after any kill the pair (drop-in, state) is either
 //! all old or all new, and a backup is never removed while a journal needs it.
 //!
-//! Order: for RewriteState the kubelet is stopped before the state file is rewritten (a
-//! running kubelet rewrites its checkpoint from memory at every change) and started after;
-//! RestartOnly writes the drop-in and restarts. Then verify: the service is healthy, the
+//! Order: the guard is armed first ([`guard`]: a transient systemd unit that starts the
+//! kubelet, restoring the backups when the apply was not verified, if the agent dies). For
+//! RewriteState the kubelet is stopped before the state file is rewritten (a running kubelet
+//! rewrites its checkpoint from memory at every change), its files are read again and the
+//! change planned again ([`replan`]: a plan of another class stops the apply, the kubelet
+//! started unchanged), the backups are taken, and it is started after; RestartOnly
+//! re-plans, writes the drop-in and restarts. `revert` ([`revert`]) goes the same way back to
+//! the node's own configuration. Then verify: the service is healthy, the
 //! kubelet's effective owned fields (config file + every drop-in) are the desired ones (a
 //! later drop-in may override ours), and the state file on disk is one the kubelet accepts
 //! under the new configuration. On failure: restore the backups, restart again, report
@@ -47,7 +52,10 @@ pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
 /// The journal's file name (beside the state file).
 pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
 
+pub mod guard;
 pub mod node_ready;
+mod replan;
+pub mod revert;
 mod systemd;
 mod writes;
 
@@ -74,7 +82,59 @@ pub trait KubeletService {
     fn recovered(&mut self) -> Result<(), String> {
         self.healthy()
     }
+    /// Arms the guard ([`guard`]) that starts the kubelet (restoring the backups when the
+    /// apply was not verified) if the agent does not finish. `Ok(false)`: this restarter has
+    /// none (the `command` restarter: docs/actuation.md says what stands in for it).
+    fn arm_guard(&mut self) -> Result<bool, String> {
+        Ok(false)
+    }
+    /// Disarms the guard (after the journal is gone); nothing when there is none.
+    fn disarm_guard(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// The executor reached `step` (the tests die here to check what the guard leaves).
+    fn reached(&mut self, _step: Step) {}
 }
+
+/// The steps of an apply between the guard's arming and the commit, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The guard is armed; nothing else done.
+    Armed,
+    /// The kubelet is stopped (RewriteState, revert).
+    Stopped,
+    /// Re-planned after the stop; the plan is the same class.
+    Replanned,
+    /// Backups written.
+    BackedUp,
+    /// Journal `applying` written.
+    Journaled,
+    /// The new state written.
+    StateWritten,
+    /// The drop-in written (or removed, for a revert).
+    DropinWritten,
+    /// Journal `written`.
+    Written,
+    /// The kubelet (re)started on the new files.
+    Started,
+    /// Verified; the journal is about to be removed.
+    Verified,
+}
+
+/// Every step, in order.
+#[cfg(test)]
+pub const STEPS: [Step; 10] = [
+    Step::Armed,
+    Step::Stopped,
+    Step::Replanned,
+    Step::BackedUp,
+    Step::Journaled,
+    Step::StateWritten,
+    Step::DropinWritten,
+    Step::Written,
+    Step::Started,
+    Step::Verified,
+];
 
 /// When the kubelet's last start or restart returned, on the monotonic clock and on the
 /// wall clock (Node heartbeats are wall-clock times).
@@ -145,6 +205,15 @@ impl<C: StartCheck> KubeletService for AfterStart<C> {
     fn recovered(&mut self) -> Result<(), String> {
         self.inner.recovered()?;
         self.check.after_recovered(self.started)
+    }
+    fn arm_guard(&mut self) -> Result<bool, String> {
+        self.inner.arm_guard()
+    }
+    fn disarm_guard(&mut self) -> Result<(), String> {
+        self.inner.disarm_guard()
+    }
+    fn reached(&mut self, step: Step) {
+        self.inner.reached(step)
     }
 }
 
@@ -361,9 +430,14 @@ pub enum Recovery {
 pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Result<Recovery> {
     let w = AllowedWrites::of(files);
     w.remove_stale_temps();
-    let Some(j) = read_journal(files)? else {
+    // A journal the guard claimed and could not finish restoring: roll back from it.
+    let claimed = guard::reclaim(files)?;
+    let Some(mut j) = read_journal(files)? else {
         return Ok(Recovery::Nothing);
     };
+    if claimed {
+        j.phase = "applying".into();
+    }
     let r = if j.phase == "written" {
         Recovery::RolledForward
     } else {
@@ -496,20 +570,9 @@ fn plan_and_carry_out(
     svc: &mut dyn KubeletService,
 ) -> anyhow::Result<ApplyReport> {
     let files = input.files;
-    let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
-    kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
-    let current = read.owned;
-    let read = read_state(&files.state)?;
-    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
-    let state: Option<KubeletCpuState> = read.map(|r| r.0);
-    let plan = plan_change(ChangeInput {
-        topology: input.topology,
-        current: &current,
-        state: state.as_ref(),
-        pods: input.pods,
-        desired: input.desired,
-    })?;
     let desired = resolved_desired(input.topology, input.desired)?;
+    let target = target_of_apply(input, command_line_gates, &desired)?;
+    let plan = target.plan.clone();
     let first = plan
         .steps
         .first()
@@ -523,79 +586,179 @@ fn plan_and_carry_out(
         ChangeClass::Drain => return Ok(report(false, "DrainRequired", first, recovery, plan)),
         ChangeClass::RestartOnly | ChangeClass::RewriteState => {}
     }
-    let new_state = plan
-        .new_state
-        .as_ref()
-        .map(|s| checkpoint::render(s, format));
-    let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
-    let dropin = kubelet::render_dropin(&desired, &below);
     if input.dry_run {
-        let mut actions = Vec::new();
-        if new_state.is_some() {
-            actions.push("stop the kubelet".to_string());
-            actions.push(format!(
-                "back up {} to {}",
-                files.state.display(),
-                backup_of(&files.state).display()
-            ));
-            actions.push(format!("rewrite {}", files.state.display()));
-        }
-        actions.push(format!("write {} (mode 0644)", files.dropin().display()));
-        actions.push(if new_state.is_some() {
-            "start the kubelet".into()
-        } else {
-            "restart the kubelet".into()
-        });
         let mut r = report(false, "DryRun", first, recovery, plan);
-        r.actions = actions;
+        r.actions = dry_run_actions(files, &target);
         return Ok(r);
     }
-    let reason = if new_state.is_some() {
+    let reason = if target.new_state.is_some() {
         "StateRewritten"
     } else {
         "RestartOnly"
     };
-    match carry_out(files, &dropin, new_state.as_deref(), input, &desired, svc) {
+    let mut again = || target_of_apply(input, command_line_gates, &desired);
+    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &desired, svc);
+    match carry_out(files, &target, &mut again, &check, svc) {
         Ok(()) => Ok(report(true, reason, first, recovery, plan)),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
     }
 }
 
-/// Backs up, writes, restarts, verifies; on failure rolls back and restarts again.
+/// The plan of an apply from the files as they are now: the change to `desired` (resolved),
+/// the state to write (in the file's own format) and the drop-in.
+fn target_of_apply(
+    input: &ApplyInput<'_>,
+    command_line_gates: &BTreeMap<String, bool>,
+    desired: &OwnedConfig,
+) -> anyhow::Result<replan::Target> {
+    let files = input.files;
+    let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
+    kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
+    let current = read.owned;
+    let read = read_state(&files.state)?;
+    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
+    let state: Option<KubeletCpuState> = read.map(|r| r.0);
+    let plan = plan_change(ChangeInput {
+        topology: input.topology,
+        current: &current,
+        state: state.as_ref(),
+        pods: input.pods,
+        desired: input.desired,
+    })?;
+    let new_state = plan
+        .new_state
+        .as_ref()
+        .map(|s| checkpoint::render(s, format));
+    let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
+    let dropin = kubelet::render_dropin(desired, &below);
+    Ok(replan::Target {
+        plan,
+        new_state,
+        dropin: Some(dropin),
+    })
+}
+
+/// What a dry run would do for `target`.
+fn dry_run_actions(files: &KubeletFiles, target: &replan::Target) -> Vec<String> {
+    let mut actions = Vec::new();
+    let stops = replan::stops_first(target);
+    if stops {
+        actions.push("stop the kubelet".to_string());
+        actions.push(
+            "read the kubelet's files again and re-plan (refuse if the plan changed class)".into(),
+        );
+    }
+    if target.new_state.is_some() {
+        actions.push(format!(
+            "back up {} to {}",
+            files.state.display(),
+            backup_of(&files.state).display()
+        ));
+        actions.push(format!("rewrite {}", files.state.display()));
+    }
+    actions.push(match target.dropin {
+        Some(_) => format!("write {} (mode 0644)", files.dropin().display()),
+        None => format!("remove {}", files.dropin().display()),
+    });
+    actions.push(if stops {
+        "start the kubelet".into()
+    } else {
+        "restart the kubelet".into()
+    });
+    actions
+}
+
+/// Arms the guard, stops (when the state is rewritten), re-plans, backs up, writes,
+/// (re)starts, verifies (`check`), commits; on failure rolls back and starts again.
+/// `planned` is the plan made before; `replan` makes it again from the files as they are
+/// after the stop, and a plan of another class stops the apply with the kubelet started on
+/// its unchanged files.
 fn carry_out(
     files: &KubeletFiles,
-    dropin: &str,
-    new_state: Option<&str>,
-    input: &ApplyInput<'_>,
-    desired: &OwnedConfig,
+    planned: &replan::Target,
+    replan: &mut dyn FnMut() -> anyhow::Result<replan::Target>,
+    check: &dyn Fn(&mut dyn KubeletService) -> Result<(), String>,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     let e = |what: &str, err: anyhow::Error| format!("{what}: {err:#}");
     let w = AllowedWrites::of(files);
     let dropin_path = files.dropin();
-    let old_dropin = read_opt(&dropin_path).map_err(|x| e("reading the drop-in", x))?;
-    let old_state = read_opt(&files.state).map_err(|x| e("reading the state", x))?;
-    // 1. Backups, durable, before anything changes.
+    // 0. The guard, before anything changes: from here the kubelet comes back whatever
+    // happens to the agent.
+    let guarded = svc.arm_guard().map_err(|x| {
+        format!(
+            "arming the guard failed, so nothing was changed (the kubelet was not stopped): {x}"
+        )
+    })?;
+    svc.reached(Step::Armed);
+    // 1. Stop the kubelet (a state rewrite: a running kubelet rewrites its checkpoint from
+    // memory), then read its files again and re-plan: the kubelet may have checkpointed an
+    // assignment since the plan.
+    let stops = replan::stops_first(planned);
+    if stops {
+        if let Err(x) = svc.stop() {
+            return Err(replan::unchanged(
+                svc,
+                true,
+                format!("stopping the kubelet failed: {x}"),
+            ));
+        }
+        svc.reached(Step::Stopped);
+    }
+    let target = match replan() {
+        Ok(t) => t,
+        Err(x) => {
+            return Err(replan::unchanged(
+                svc,
+                stops,
+                e("reading the kubelet's files again before the change", x),
+            ))
+        }
+    };
+    if let Err(why) = replan::compare(planned, &target) {
+        return Err(replan::unchanged(svc, stops, why));
+    }
+    svc.reached(Step::Replanned);
+    let new_state = target.new_state.as_deref();
+    // 2. Backups, durable, taken now (after the stop), before anything changes.
+    let old_dropin = match read_opt(&dropin_path) {
+        Ok(b) => b,
+        Err(x) => return Err(replan::unchanged(svc, stops, e("reading the drop-in", x))),
+    };
+    let old_state = match read_opt(&files.state) {
+        Ok(b) => b,
+        Err(x) => return Err(replan::unchanged(svc, stops, e("reading the state", x))),
+    };
     if let Some(b) = &old_dropin {
-        w.write_mode(&backup_of(&dropin_path), b, mode_of(&dropin_path, 0o644))
-            .map_err(|x| format!("backing up the drop-in: {x}"))?;
+        if let Err(x) = w.write_mode(&backup_of(&dropin_path), b, mode_of(&dropin_path, 0o644)) {
+            return Err(replan::unchanged(
+                svc,
+                stops,
+                format!("backing up the drop-in: {x}"),
+            ));
+        }
     }
     // The state file and its backup keep the state file's mode (the kubelet's 0600).
     let state_mode = mode_of(&files.state, KUBELET_STATE_MODE);
     if new_state.is_some() {
         if let Some(b) = &old_state {
-            w.write_mode(&backup_of(&files.state), b, state_mode)
-                .map_err(|x| format!("backing up the state: {x}"))?;
+            if let Err(x) = w.write_mode(&backup_of(&files.state), b, state_mode) {
+                return Err(replan::unchanged(
+                    svc,
+                    stops,
+                    format!("backing up the state: {x}"),
+                ));
+            }
         }
     }
-    // 2. The journal: from here a crash rolls back.
+    svc.reached(Step::BackedUp);
+    // 3. The journal: from here a crash rolls back.
     let mut journal = Journal {
         phase: "applying".into(),
         dropin_existed: old_dropin.is_some(),
         state_existed: old_state.is_some(),
         writes_state: new_state.is_some(),
     };
-    write_journal(&w, files, &journal).map_err(|x| e("writing the journal", x))?;
     let rollback = |svc: &mut dyn KubeletService, why: String| -> String {
         let mut msg = why;
         let undo = (|| -> anyhow::Result<()> {
@@ -624,30 +787,40 @@ fn carry_out(
         }
         if w.remove(&files.journal()).is_err() {
             msg.push_str(" (the journal could not be removed; the next apply rolls back again)");
+        } else if let Err(x) = svc.disarm_guard() {
+            msg.push_str(&format!(" (disarming the guard failed: {x})"));
         }
         msg
     };
-    // 3. RewriteState: stop, write, start (a running kubelet rewrites its checkpoint from
-    // memory). RestartOnly: write, restart (the kubelet reads its configuration only when it
-    // starts, so the drop-in can go in while it runs).
-    if new_state.is_some() {
-        if let Err(x) = svc.stop() {
-            return Err(rollback(svc, format!("stopping the kubelet failed: {x}")));
-        }
+    if let Err(x) = write_journal(&w, files, &journal) {
+        return Err(rollback(svc, format!("writing the journal: {x:#}")));
     }
+    svc.reached(Step::Journaled);
+    // 4. The new files.
     if let Some(s) = new_state {
         if let Err(x) = w.write_mode(&files.state, s.as_bytes(), state_mode) {
             return Err(rollback(svc, format!("writing the state failed: {x}")));
         }
     }
-    if let Err(x) = w.write(&dropin_path, dropin.as_bytes()) {
-        return Err(rollback(svc, format!("writing the drop-in failed: {x}")));
+    svc.reached(Step::StateWritten);
+    let put = match &target.dropin {
+        Some(d) => w
+            .write(&dropin_path, d.as_bytes())
+            .map_err(anyhow::Error::from),
+        None => w.remove(&dropin_path),
+    };
+    if let Err(x) = put {
+        return Err(rollback(svc, format!("writing the drop-in failed: {x:#}")));
     }
+    svc.reached(Step::DropinWritten);
     journal.phase = "written".into();
     if let Err(x) = write_journal(&w, files, &journal) {
         return Err(rollback(svc, format!("{x:#}")));
     }
-    let started = if new_state.is_some() {
+    svc.reached(Step::Written);
+    // 5. Start (after a stop) or restart (RestartOnly: the kubelet reads its configuration
+    // only when it starts, so the drop-in can go in while it runs).
+    let started = if stops {
         svc.start()
             .map_err(|x| format!("starting the kubelet failed: {x}"))
     } else {
@@ -657,19 +830,37 @@ fn carry_out(
     if let Err(x) = started {
         return Err(rollback(svc, x));
     }
-    // 4. Verify.
-    if let Err(why) = verify(files, input, desired, svc) {
+    svc.reached(Step::Started);
+    // 6. Verify.
+    if let Err(why) = check(svc) {
         return Err(rollback(svc, format!("verification failed: {why}")));
     }
-    w.remove(&files.journal())
-        .map_err(|x| e("removing the journal", x))?;
-    Ok(())
+    svc.reached(Step::Verified);
+    // 7. Commit: remove the journal, unless the guard claimed it first.
+    match guard::take_journal(files) {
+        Ok(true) => {
+            if let Err(x) = svc.disarm_guard() {
+                // Not fatal: when it fires it finds no journal and starts a running kubelet.
+                eprintln!("nodetopo-agent: applied, but disarming the guard failed: {x}");
+            }
+            Ok(())
+        }
+        Ok(false) if guarded => Err(format!(
+            "the guard ({}) took the apply over before the agent confirmed it: it restored the previous files and started the kubelet",
+            guard::GUARD_UNIT
+        )),
+        Ok(false) => Err("the journal disappeared before the agent confirmed the apply".into()),
+        Err(x) => Err(format!(
+            "removing the journal {}: {x}",
+            files.journal().display()
+        )),
+    }
 }
 
 /// The kubelet is healthy, runs the desired owned fields, and its state file is accepted.
 fn verify(
     files: &KubeletFiles,
-    input: &ApplyInput<'_>,
+    topology: &nodetopo_engine::CpuTopology,
     desired: &OwnedConfig,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
@@ -679,7 +870,7 @@ fn verify(
         .map_err(|e| format!("{e:#}"))?;
     let mut eff = effective.normalized();
     if eff.reserved_system_cpus.is_empty() {
-        eff = resolved_desired(input.topology, &eff).map_err(|e| format!("{e:#}"))?;
+        eff = resolved_desired(topology, &eff).map_err(|e| format!("{e:#}"))?;
     }
     if &eff != desired {
         return Err(format!(
@@ -690,7 +881,7 @@ fn verify(
         ));
     }
     let state = read_state(&files.state).map_err(|e| format!("{e:#}"))?;
-    let cfg = check_config(input.topology, desired, "desired").map_err(|e| e.to_string())?;
+    let cfg = check_config(topology, desired, "desired").map_err(|e| e.to_string())?;
     kubelet_start(&cfg, state.as_ref().map(|r| &r.0))
         .map_err(|e| format!("the state file is not one the kubelet accepts: {e}"))?;
     Ok(())
@@ -773,6 +964,9 @@ pub struct Args {
     /// The check of the kubelet's command line.
     #[command(flatten)]
     pub process: ProcessArgs,
+    /// The guard (`--restart systemd`).
+    #[command(flatten)]
+    pub guard: guard::GuardArgs,
 }
 
 /// How `apply` drives the kubelet.
@@ -795,21 +989,34 @@ fn argv(s: &Option<String>, flag: &str) -> anyhow::Result<Vec<String>> {
     }
 }
 
-/// Runs `apply`; prints the report as JSON. Exit 0 when applied (or nothing to do), 1 when
-/// not applied (waiting, drain required, failed, dry run).
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let files = KubeletFiles {
-        config: args.kubelet_config.clone(),
-        config_dir: args.kubelet_config_dir.clone(),
-        state: args.state.clone(),
-    };
+/// The kubelet service of `args`, with the Node Ready wait of `--node` (and the runtime it
+/// needs, to be kept until the apply is done).
+fn service_of(
+    args: &Args,
+    files: &KubeletFiles,
+) -> anyhow::Result<(
+    Box<dyn KubeletService + Send>,
+    Option<tokio::runtime::Runtime>,
+)> {
     let mut svc: Box<dyn KubeletService + Send> = match args.restart {
-        RestartMode::Systemd => Box::new(SystemdBus::new(
-            &args.unit,
-            &args.systemd_address,
-            args.systemd_direct,
-            std::time::Duration::from_secs(args.systemd_timeout_seconds),
-        )?),
+        RestartMode::Systemd => {
+            let timeout = std::time::Duration::from_secs(args.systemd_timeout_seconds);
+            let verify = std::time::Duration::from_secs(if args.node.is_some() {
+                args.verify_seconds.max(1)
+            } else {
+                0
+            });
+            let guard = args.guard.plan(files, &args.process, timeout, verify)?;
+            Box::new(
+                SystemdBus::new(
+                    &args.unit,
+                    &args.systemd_address,
+                    args.systemd_direct,
+                    timeout,
+                )?
+                .with_guard(guard),
+            )
+        }
         RestartMode::Command => Box::new(Commands {
             stop: argv(&args.stop_command, "--stop-command")?,
             start: argv(&args.start_command, "--start-command")?,
@@ -847,6 +1054,54 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
+    Ok((svc, runtime))
+}
+
+fn files_of(args: &Args) -> KubeletFiles {
+    KubeletFiles {
+        config: args.kubelet_config.clone(),
+        config_dir: args.kubelet_config_dir.clone(),
+        state: args.state.clone(),
+    }
+}
+
+/// Runs `revert` (the same flags as `apply`, without `--policy`); prints the report as
+/// JSON. Exit 0 when reverted (or nothing to revert), 1 otherwise.
+pub fn run_revert(args: Args) -> anyhow::Result<ExitCode> {
+    if args.policy.is_some() {
+        bail!("revert takes no --policy: it goes back to the node's own configuration");
+    }
+    if args.recover_only {
+        bail!("revert takes no --recover-only (use apply --recover-only)");
+    }
+    let files = files_of(&args);
+    let (mut svc, runtime) = service_of(&args, &files)?;
+    let topology = nodetopo_kubelet::machine(args.preset.as_deref(), Some(&args.sysfs_root))?;
+    let pods = nodetopo_kubelet::pods::read_pod_files(&args.pods)?;
+    let report = revert::revert(
+        &revert::RevertInput {
+            topology: &topology,
+            files: &files,
+            pods: &pods,
+            dry_run: args.restart == RestartMode::DryRun,
+            process: args.process.check(&files).as_ref(),
+        },
+        svc.as_mut(),
+    )?;
+    drop(runtime);
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(if report.applied {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Runs `apply`; prints the report as JSON. Exit 0 when applied (or nothing to do), 1 when
+/// not applied (waiting, drain required, failed, dry run).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let files = files_of(&args);
+    let (mut svc, runtime) = service_of(&args, &files)?;
     if args.recover_only {
         let r = recover(&files, svc.as_mut())?;
         println!("{}", serde_json::to_string(&r)?);

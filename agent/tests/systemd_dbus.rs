@@ -20,13 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use zbus::object_server::SignalEmitter;
-use zbus::zvariant::{ObjectPath, OwnedObjectPath};
+use zbus::zvariant::{ObjectPath, OwnedObjectPath, OwnedValue};
 
 mod common;
 use common::{examples, report, Kubelet, BIN};
 
 const UNIT: &str = "kubelet.service";
 const UNIT_PATH: &str = "/org/freedesktop/systemd1/unit/kubelet_2eservice";
+const GUARD: &str = "nodetopo-kubelet-guard.service";
 
 fn dbus_daemon() -> Option<PathBuf> {
     [
@@ -112,6 +113,13 @@ struct Fake {
     /// ActiveState reported whatever the jobs did (a unit that fails after starting).
     stuck: Option<&'static str>,
     next_job: u32,
+    /// The guard's process, started from StartTransientUnit's ExecStart as systemd would.
+    guard: Option<Child>,
+    /// The directory whose `systemctl` (recording its calls) the guard finds first in PATH.
+    guard_bin: Option<PathBuf>,
+    /// SIGKILL the agent (`agent`) when this call arrives (e.g. `StopUnit(kubelet.service`).
+    kill_at: Option<&'static str>,
+    agent: Option<u32>,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -135,9 +143,23 @@ impl Manager {
         emitter: SignalEmitter<'_>,
     ) -> Result<OwnedObjectPath, SdError> {
         let mut f = self.0.lock().unwrap();
-        f.calls.push(format!("{method}({name},{mode})"));
+        let call = format!("{method}({name},{mode})");
+        if let (Some(at), Some(pid)) = (f.kill_at, f.agent) {
+            if call.starts_with(at) {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                f.kill_at = None;
+            }
+        }
+        f.calls.push(call);
         if !f.units.contains(name) {
             return Err(SdError::NoSuchUnit(format!("Unit {name} not found.")));
+        }
+        if name == GUARD && method == "StopUnit" {
+            if let Some(mut g) = f.guard.take() {
+                let _ = g.kill();
+                let _ = g.wait();
+            }
+            f.units.remove(name);
         }
         f.next_job += 1;
         let id = f.next_job;
@@ -151,9 +173,12 @@ impl Manager {
         let path = format!("/org/freedesktop/systemd1/job/{id}");
         let job = OwnedObjectPath::try_from(path.clone()).map_err(zbus::Error::from)?;
         let (shared, emitter, unit) = (self.0.clone(), emitter.into_owned(), name.to_string());
+        let kubelet = name == UNIT;
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            shared.lock().unwrap().active = after.to_string();
+            if kubelet {
+                shared.lock().unwrap().active = after.to_string();
+            }
             let p = ObjectPath::try_from(path.as_str()).unwrap();
             let _ = Manager::job_removed(&emitter, id, p, &unit, result).await;
         });
@@ -189,6 +214,47 @@ impl Manager {
         #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<OwnedObjectPath, SdError> {
         self.job("RestartUnit", name, mode, emitter)
+    }
+    async fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: Vec<(String, OwnedValue)>,
+        _aux: Vec<(String, Vec<(String, OwnedValue)>)>,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<OwnedObjectPath, SdError> {
+        {
+            let mut f = self.0.lock().unwrap();
+            let mut names: Vec<&str> = properties.iter().map(|(k, _)| k.as_str()).collect();
+            names.sort();
+            f.calls
+                .push(format!("guard properties: {}", names.join(" ")));
+            let exec = properties
+                .iter()
+                .find(|(k, _)| k == "ExecStart")
+                .map(|(_, v)| v.try_clone().unwrap());
+            let exec: Vec<(String, Vec<String>, bool)> = exec
+                .ok_or_else(|| zbus::Error::Failure("no ExecStart".into()))?
+                .try_into()
+                .map_err(|e| zbus::Error::Failure(format!("ExecStart: {e}")))?;
+            let (path, argv, _) = exec.into_iter().next().unwrap();
+            let bin = f.guard_bin.clone().unwrap();
+            let child = Command::new(path)
+                .args(&argv[1..])
+                .env(
+                    "PATH",
+                    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+                )
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            f.guard = Some(child);
+            f.units.insert(name.to_string());
+            f.calls.push(format!("guard argv: {}", argv[4..].join(" ")));
+        }
+        // Its job, as systemd's: done once the service runs.
+        let (shared, emitter) = (self.0.clone(), emitter);
+        Manager(shared).job("StartTransientUnit", name, mode, emitter)
     }
     async fn get_unit(&self, name: &str) -> Result<OwnedObjectPath, SdError> {
         let mut f = self.0.lock().unwrap();
@@ -301,7 +367,8 @@ async fn restart_over_dbus() {
     let bus = Bus::start(&daemon);
     let shared = fresh();
     let _server = serve_on_bus(&bus.address, &shared).await;
-    let addr = ["--systemd-address", bus.address.as_str()];
+    // The guard has its own test (guard_over_dbus); here the calls are the kubelet's only.
+    let addr = ["--systemd-address", bus.address.as_str(), "--no-guard"];
     let mut n = 0;
 
     // RestartOnly: one RestartUnit job, then the unit's ActiveState.
@@ -449,7 +516,10 @@ async fn restart_over_dbus() {
     let k = Kubelet::new();
     let gone = format!("unix:path={}", k.p("no-bus").display());
     let (out, v) = k
-        .apply("policy-restart.yaml", &["--systemd-address", &gone])
+        .apply(
+            "policy-restart.yaml",
+            &["--systemd-address", &gone, "--no-guard"],
+        )
         .await;
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     let msg = v["message"].as_str().unwrap();
@@ -480,7 +550,7 @@ async fn restart_over_dbus() {
     let (out, v) = k
         .apply(
             "policy-strict.yaml",
-            &["--systemd-address", &a, "--systemd-direct"],
+            &["--systemd-address", &a, "--systemd-direct", "--no-guard"],
         )
         .await;
     assert!(out.status.success(), "{v:#}");
@@ -497,4 +567,135 @@ async fn restart_over_dbus() {
     n += 1;
 
     println!("systemd over D-Bus (real dbus-daemon, fake systemd): {n} cases passed");
+}
+
+/// The guard's calls and files: a whole apply over the bus (armed before the stop, disarmed
+/// after the commit), then the agent SIGKILLed at its StopUnit and at its StartUnit, with the
+/// guard run by the fake as systemd runs a transient service's ExecStart. Real: the bus, the
+/// agent binary, its death, the guard's script; mocked: systemd, and `systemctl` (recording).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_over_dbus() {
+    let Some(daemon) = dbus_daemon() else {
+        assert!(
+            std::env::var_os("NODETOPO_REQUIRE_DBUS").is_none(),
+            "NODETOPO_REQUIRE_DBUS is set but there is no dbus-daemon (apt-get install dbus-daemon)"
+        );
+        println!("SKIPPED guard_over_dbus: no dbus-daemon on this machine; 0 cases ran");
+        return;
+    };
+    let bus = Bus::start(&daemon);
+    let shared = fresh();
+    let _server = serve_on_bus(&bus.address, &shared).await;
+    let bin = tempfile::tempdir().unwrap();
+    let log = bin.path().join("systemctl.log");
+    fs::write(
+        bin.path().join("systemctl"),
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(
+        bin.path().join("systemctl"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    shared.lock().unwrap().guard_bin = Some(bin.path().to_path_buf());
+    let args = |k: &Kubelet| -> Vec<String> {
+        vec![
+            "--systemd-address".into(),
+            bus.address.clone(),
+            "--guard-seconds".into(),
+            "1".into(),
+            "--kubelet-host-state".into(),
+            k.p("lib/cpu_manager_state").display().to_string(),
+        ]
+    };
+    let mut n = 0;
+
+    // A whole apply: armed first, disarmed last; the guard's arguments are the host paths.
+    let k = Kubelet::new();
+    let a = args(&k);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (out, v) = k.apply("policy-strict.yaml", &a).await;
+    assert!(out.status.success(), "{v:#}");
+    let calls = take_calls(&shared);
+    let argv = format!(
+        "guard argv: 1 {} kubelet.service {} {}",
+        k.p("lib/nodetopo-apply.journal").display(),
+        k.p("conf.d/90-nodetopo.conf").display(),
+        k.p("lib/cpu_manager_state").display()
+    );
+    assert_eq!(
+        calls,
+        [
+            "Subscribe",
+            &format!("StopUnit({GUARD},replace)"),
+            "guard properties: CollectMode Description ExecStart TimeoutStopUSec Type",
+            &argv,
+            &format!("StartTransientUnit({GUARD},replace)"),
+            "StopUnit(kubelet.service,replace)",
+            "StartUnit(kubelet.service,replace)",
+            "GetUnit(kubelet.service)",
+            &format!("StopUnit({GUARD},replace)"),
+        ]
+    );
+    assert!(!shared.lock().unwrap().units.contains(GUARD));
+    assert!(k.read("lib/nodetopo-apply.journal").is_none());
+    n += 1;
+
+    // The agent dies at its stop, then at its start: the guard starts the kubelet, on the
+    // old files (before the journal: untouched; after: restored from the backups).
+    for (at, expected) in [
+        ("StopUnit(kubelet.service", vec!["start -- kubelet.service"]),
+        (
+            "StartUnit(kubelet.service",
+            vec!["stop -- kubelet.service", "start -- kubelet.service"],
+        ),
+    ] {
+        let _ = fs::remove_file(&log);
+        let k = Kubelet::new();
+        let a = args(&k);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let mut c = k.cmd("policy-strict.yaml", &["--restart", "systemd"]);
+        c.args(&a).stdout(Stdio::null()).stderr(Stdio::null());
+        shared.lock().unwrap().kill_at = Some(at);
+        let mut child = c.spawn().unwrap();
+        shared.lock().unwrap().agent = Some(child.id());
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "{at}: the agent was not killed"
+        );
+        let guard = shared.lock().unwrap().guard.take();
+        let mut guard = guard.expect("no guard was started");
+        let gs = tokio::task::spawn_blocking(move || guard.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(gs.success(), "{at}: the guard failed: {gs}");
+        let calls: Vec<String> = fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(calls, expected, "{at}");
+        assert_eq!(
+            k.read("lib/cpu_manager_state").unwrap(),
+            original_state(),
+            "{at}"
+        );
+        assert!(k.read("conf.d/90-nodetopo.conf").is_none(), "{at}");
+        assert!(k.read("lib/nodetopo-apply.journal").is_none(), "{at}");
+        assert!(k.read("lib/nodetopo-apply.journal.guard").is_none(), "{at}");
+        let mut f = shared.lock().unwrap();
+        f.units.remove(GUARD);
+        f.agent = None;
+        f.calls.clear();
+        n += 1;
+    }
+    println!(
+        "guard over D-Bus (real dbus-daemon, fake systemd, real guard script): {n} cases passed"
+    );
 }

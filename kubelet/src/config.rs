@@ -390,6 +390,17 @@ pub fn read_below_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<Own
     Ok(effective_of(config, &before)?.owned)
 }
 
+/// The owned fields from the config file and every drop-in but nodetopo's own
+/// [`DROPIN_NAME`]: the node's own configuration, what a revert goes back to.
+pub fn read_without_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<OwnedConfig> {
+    let own = config_dir.join(DROPIN_NAME);
+    let others: Vec<PathBuf> = dropins(config_dir)?
+        .into_iter()
+        .filter(|f| f != &own)
+        .collect();
+    Ok(effective_of(config, &others)?.owned)
+}
+
 /// The drop-in files under a directory, in the order the kubelet applies them: the files
 /// ending in `.conf` in Go's `filepath.WalkDir` order (entries sorted by name, byte-wise,
 /// a subdirectory walked where its name sorts; a symbolic link is a file, not followed as a

@@ -20,6 +20,7 @@ use zbus::blocking::connection::Builder;
 use zbus::blocking::{Connection, Proxy};
 use zbus::zvariant::OwnedObjectPath;
 
+use super::guard::{GuardPlan, GUARD_STOP_TIMEOUT, GUARD_UNIT};
 use super::KubeletService;
 
 /// The system bus socket (the default address).
@@ -32,6 +33,7 @@ const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 const UNIT: &str = "org.freedesktop.systemd1.Unit";
 const ALREADY_SUBSCRIBED: &str = "org.freedesktop.systemd1.AlreadySubscribed";
+const NO_SUCH_UNIT: &str = "org.freedesktop.systemd1.NoSuchUnit";
 
 /// The kubelet unit, driven through systemd's D-Bus API.
 pub struct SystemdBus {
@@ -42,6 +44,7 @@ pub struct SystemdBus {
     conn: Option<Connection>,
     subscribed: bool,
     rt: Option<tokio::runtime::Runtime>,
+    guard: Option<GuardPlan>,
 }
 
 impl SystemdBus {
@@ -67,7 +70,15 @@ impl SystemdBus {
             conn: None,
             subscribed: false,
             rt: None,
+            guard: None,
         })
+    }
+
+    /// With the guard `plan` armed before each apply's stop ([`super::guard`]); `None`:
+    /// no guard.
+    pub fn with_guard(mut self, plan: Option<GuardPlan>) -> Self {
+        self.guard = plan;
+        self
     }
 
     fn at(&self) -> String {
@@ -124,17 +135,29 @@ impl SystemdBus {
 
     /// Runs `method(unit, "replace")` and waits for its job to be removed with `done`.
     fn job(&mut self, method: &str) -> Result<(), String> {
-        let r = self.job_once(method);
+        let unit = self.unit.clone();
+        self.job_with(method, &unit, &(unit.as_str(), "replace"))
+    }
+
+    /// Runs `method(body)` for `unit` and waits for its job to be removed with `done`.
+    fn job_with<B>(&mut self, method: &str, unit: &str, body: &B) -> Result<(), String>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+    {
+        let r = self.job_once(method, unit, body);
         if r.is_err() {
             self.reset();
         }
         r
     }
 
-    fn job_once(&mut self, method: &str) -> Result<(), String> {
+    fn job_once<B>(&mut self, method: &str, unit: &str, body: &B) -> Result<(), String>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+    {
         let manager = self.manager()?;
         let at = self.at();
-        let unit = self.unit.clone();
+        let unit = unit.to_string();
         if !self.subscribed {
             match manager.call_method("Subscribe", &()) {
                 Ok(_) => {}
@@ -154,7 +177,7 @@ impl SystemdBus {
                 .await
                 .map_err(|e| format!("{at}: cannot watch JobRemoved: {e}"))?;
             let job: OwnedObjectPath = inner
-                .call(method, &(unit.as_str(), "replace"))
+                .call(method, body)
                 .await
                 .map_err(|e| format!("{at}: {method}({unit}) failed: {e}"))?;
             let wait = async {
@@ -222,7 +245,66 @@ impl SystemdBus {
     }
 }
 
+impl SystemdBus {
+    /// Stops `GUARD_UNIT` (a guard of an earlier apply, or ours); a unit systemd does not
+    /// know (never armed, or already ended and collected) is fine.
+    fn stop_guard(&mut self) -> Result<(), String> {
+        // An answer (NoSuchUnit) is no reason to drop the connection.
+        match self.job_once("StopUnit", GUARD_UNIT, &(GUARD_UNIT, "replace")) {
+            Err(e) if e.contains(NO_SUCH_UNIT) => Ok(()),
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
+    fn start_guard(&mut self, plan: &GuardPlan) -> Result<(), String> {
+        use zbus::zvariant::Value;
+        let argv = plan.argv(&self.unit);
+        let exec = vec![(argv[0].clone(), argv.clone(), false)];
+        let props: Vec<(&str, Value<'_>)> = vec![
+            (
+                "Description",
+                Value::from(format!(
+                    "nodetopo: start {} (restoring its files if the apply was not verified) unless the agent finishes its apply within {} s",
+                    self.unit,
+                    plan.delay.as_secs()
+                )),
+            ),
+            ("Type", Value::from("simple")),
+            ("ExecStart", Value::new(exec)),
+            (
+                "TimeoutStopUSec",
+                Value::from(GUARD_STOP_TIMEOUT.as_micros() as u64),
+            ),
+            ("CollectMode", Value::from("inactive-or-failed")),
+        ];
+        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
+        self.job_with(
+            "StartTransientUnit",
+            GUARD_UNIT,
+            &(GUARD_UNIT, "replace", props, aux),
+        )
+    }
+}
+
 impl KubeletService for SystemdBus {
+    fn arm_guard(&mut self) -> Result<bool, String> {
+        let Some(plan) = self.guard.clone() else {
+            return Ok(false);
+        };
+        self.stop_guard()?;
+        self.start_guard(&plan)?;
+        Ok(true)
+    }
+    fn disarm_guard(&mut self) -> Result<(), String> {
+        if self.guard.is_none() {
+            return Ok(());
+        }
+        self.stop_guard()
+    }
     fn stop(&mut self) -> Result<(), String> {
         self.job("StopUnit")
     }

@@ -99,10 +99,37 @@ pub struct ActuationArgs {
     /// The check of the kubelet's command line before each apply.
     #[command(flatten)]
     pub process: actuate::ProcessArgs,
+    /// The guard that starts the kubelet if the agent dies mid-apply (systemd restarter).
+    #[command(flatten)]
+    pub guard: actuate::guard::GuardArgs,
 }
 
 impl ActuationArgs {
-    /// The kubelet service the executor drives; errors name the missing flag.
+    /// The kubelet service the executor drives, with the guard for `files` (systemd);
+    /// errors name the missing or bad flag.
+    pub fn service_for(
+        &self,
+        files: &KubeletFiles,
+    ) -> anyhow::Result<Box<dyn actuate::KubeletService + Send>> {
+        if self.kubelet_restart != RestartMode::Systemd {
+            return self.service();
+        }
+        let timeout = Duration::from_secs(self.kubelet_systemd_timeout_seconds);
+        let verify = Duration::from_secs(self.actuation_verify_seconds.max(1));
+        let guard = self.guard.plan(files, &self.process, timeout, verify)?;
+        Ok(Box::new(
+            actuate::SystemdBus::new(
+                &self.kubelet_unit,
+                &self.kubelet_systemd_address,
+                self.kubelet_systemd_direct,
+                timeout,
+            )?
+            .with_guard(guard),
+        ))
+    }
+
+    /// The kubelet service the executor drives, without a guard (the start-up check of the
+    /// flags); errors name the missing flag.
     pub fn service(&self) -> anyhow::Result<Box<dyn actuate::KubeletService + Send>> {
         let argv = |s: &Option<String>, flag: &str| -> anyhow::Result<Vec<String>> {
             match s {
@@ -534,7 +561,7 @@ async fn apply_once(
             Err(e) => return failed(format!("a pod on the node cannot be read: {e}")),
         }
     }
-    let svc = match args.service() {
+    let svc = match args.service_for(files) {
         Ok(s) => s,
         Err(e) => return failed(format!("{e:#}")),
     };

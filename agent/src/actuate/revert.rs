@@ -1,0 +1,152 @@
+//! `nodetopo-agent revert`: takes the node back to its own configuration (issue 26, point 5).
+//!
+//! The node's own configuration is the config file and every drop-in but nodetopo's
+//! `90-nodetopo.conf` ([`kubelet::read_without_dropin`]). A revert plans the change from
+//! what the kubelet runs now (with nodetopo's drop-in) to that configuration, exactly as an
+//! apply plans one, and carries it out with the same executor: the guard, the stop, the
+//! re-plan, the backups, the journal, the rewrite of the CPU manager state when the old
+//! policy needs it (for example the reserved CPUs going back into the shared pool when
+//! `strict-cpu-reservation` is dropped), the removal of the drop-in in place of its write, the
+//! start, the verification (the effective configuration is the node's own, the state is one
+//! the kubelet accepts) and a rollback on failure. A change that needs pods moved
+//! (`WaitingForEviction`, `DrainRequired`) is refused and reported like an apply's.
+//! Once the kubelet runs its own configuration, the backups are removed too: nothing of
+//! nodetopo's stays in the kubelet's directories.
+
+use std::path::Path;
+
+use nodetopo_engine::change::{
+    plan_change, ChangeClass, ChangeInput, KubeletCpuState, OwnedConfig,
+};
+use nodetopo_kubelet::config as kubelet;
+use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
+
+use super::replan::Target;
+use super::{
+    backup_of, carry_out, read_state, recover, report, resolved_desired, verify, AllowedWrites,
+    ApplyReport, KubeletFiles, KubeletService, Recovery,
+};
+
+/// What a revert needs.
+pub struct RevertInput<'a> {
+    /// The machine.
+    pub topology: &'a nodetopo_engine::CpuTopology,
+    /// The kubelet's files.
+    pub files: &'a KubeletFiles,
+    /// Pods on the node.
+    pub pods: &'a [nodetopo_engine::Pod],
+    /// Record instead of act.
+    pub dry_run: bool,
+    /// Check the running kubelet's command line first.
+    pub process: Option<&'a nodetopo_kubelet::cmdline::ProcessCheck>,
+}
+
+/// The plan back to the node's own configuration, from the files as they are now.
+fn target_of_revert(input: &RevertInput<'_>) -> anyhow::Result<(Target, OwnedConfig)> {
+    let files = input.files;
+    let own = kubelet::read_without_dropin(&files.config, &files.config_dir)?;
+    let desired = resolved_desired(input.topology, &own)?;
+    let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
+    let read = read_state(&files.state)?;
+    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
+    let state: Option<KubeletCpuState> = read.map(|r| r.0);
+    let plan = plan_change(ChangeInput {
+        topology: input.topology,
+        current: &current,
+        state: state.as_ref(),
+        pods: input.pods,
+        desired: &own,
+    })?;
+    let new_state = plan
+        .new_state
+        .as_ref()
+        .map(|s| checkpoint::render(s, format));
+    Ok((
+        Target {
+            plan,
+            new_state,
+            dropin: None,
+        },
+        desired,
+    ))
+}
+
+/// Removes nodetopo's backups (after a revert, nothing of nodetopo's stays).
+fn remove_backups(files: &KubeletFiles) -> anyhow::Result<()> {
+    let w = AllowedWrites::of(files);
+    w.remove(&backup_of(&files.dropin()))?;
+    w.remove(&backup_of(&files.state))
+}
+
+fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
+
+/// Reverts; the report's reason is `Reverted`, `NoChange` (nothing of nodetopo's in the
+/// drop-in directory and nothing to change), `WaitingForEviction`, `DrainRequired`,
+/// `DryRun` or `Failed`.
+pub fn revert(
+    input: &RevertInput<'_>,
+    svc: &mut dyn KubeletService,
+) -> anyhow::Result<ApplyReport> {
+    let files = input.files;
+    let recovery = if input.dry_run {
+        Recovery::Nothing
+    } else {
+        recover(files, svc)?
+    };
+    if let Some(p) = input.process {
+        nodetopo_kubelet::cmdline::check(p)?;
+    }
+    let (target, own) = target_of_revert(input)?;
+    let plan = target.plan.clone();
+    let first = plan
+        .steps
+        .first()
+        .map(|s| s.reason.clone())
+        .unwrap_or_default();
+    let dropin_there = exists(&files.dropin());
+    match plan.class {
+        ChangeClass::EvictFirst => {
+            return Ok(report(false, "WaitingForEviction", first, recovery, plan))
+        }
+        ChangeClass::Drain => return Ok(report(false, "DrainRequired", first, recovery, plan)),
+        ChangeClass::NoChange if !dropin_there => {
+            if !input.dry_run {
+                remove_backups(files)?;
+            }
+            let msg = format!(
+                "{} does not exist and the kubelet runs the node's own configuration",
+                files.dropin().display()
+            );
+            return Ok(report(true, "NoChange", msg, recovery, plan));
+        }
+        _ => {}
+    }
+    if input.dry_run {
+        let mut r = report(false, "DryRun", first, recovery, plan);
+        r.actions = super::dry_run_actions(files, &target);
+        return Ok(r);
+    }
+    let mut again = || target_of_revert(input).map(|(t, _)| t);
+    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &own, svc);
+    match carry_out(files, &target, &mut again, &check, svc) {
+        Ok(()) => {
+            let mut msg = format!(
+                "{} removed; the kubelet runs the node's own configuration",
+                files.dropin().display()
+            );
+            if target.new_state.is_some() {
+                msg.push_str(&format!(
+                    " and {} was rewritten for it",
+                    files.state.display()
+                ));
+            }
+            if let Err(x) = remove_backups(files) {
+                msg.push_str(&format!(" (removing the backups failed: {x:#})"));
+            }
+            Ok(report(true, "Reverted", msg, recovery, plan))
+        }
+        Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
+    }
+}
