@@ -133,6 +133,22 @@ fn variants(file: &str) -> Vec<(&'static str, String)> {
         w["dataChecksum"] = json!(nodetopo_kubelet::gohash::data_checksum(&data));
         out.push(("data differs, dataChecksum recomputed", w.to_string()));
     }
+    if v.get("data").is_none() && v.get("podEntries").is_none() {
+        // A v2 file hashed under the versioned struct name (as kubelets before the legacy
+        // name was restored wrote it): refused with the PodLevelResourceManagers gate on.
+        let entries: BTreeMap<String, BTreeMap<String, String>> =
+            serde_json::from_value(v.get("entries").cloned().unwrap_or(json!({}))).unwrap();
+        let print = format!(
+            "(*state.CPUManagerCheckpointV2){{PolicyName:(string){} DefaultCPUSet:(string){} Entries:(map[string]map[string]string){} Checksum:(checksum.Checksum)0}}",
+            v["policyName"].as_str().unwrap(),
+            v["defaultCpuSet"].as_str().unwrap(),
+            nodetopo_kubelet::gohash::go_print_string_maps(Some(&entries))
+        );
+        let sum = nodetopo_kubelet::gohash::fnv32a(print.as_bytes());
+        let mut w = v.clone();
+        w["checksum"] = json!(sum);
+        out.push(("v2 hashed under CPUManagerCheckpointV2", w.to_string()));
+    }
     let body = &file[1..];
     out.push((
         "repeated policyName first",
@@ -173,8 +189,11 @@ fn variants(file: &str) -> Vec<(&'static str, String)> {
 }
 
 /// What the kubelet runs with, as comparable JSON; `None` when it refuses the file.
-fn ours(text: &str) -> Option<Value> {
-    let c = cpu_checkpoint::parse(text).ok()?;
+fn ours(text: &str, gate: bool) -> Option<Value> {
+    let gates = cpu_checkpoint::ReadGates {
+        pod_level_resource_managers: gate,
+    };
+    let c = cpu_checkpoint::parse_gated(text, gates).ok()?;
     if matches!(c.checksum_check, ChecksumCheck::Mismatch { .. }) {
         return None;
     }
@@ -188,8 +207,14 @@ fn ours(text: &str) -> Option<Value> {
             )
         })
         .collect();
+    let pods: BTreeMap<&String, String> = c
+        .pod_entries
+        .iter()
+        .filter(|_| gate)
+        .map(|(u, s)| (u, s.to_string()))
+        .collect();
     Some(
-        json!({"policyName": c.policy_name, "defaultCpuSet": c.default_cpu_set.to_string(), "entries": entries}),
+        json!({"policyName": c.policy_name, "defaultCpuSet": c.default_cpu_set.to_string(), "entries": entries, "podEntries": pods}),
     )
 }
 
@@ -197,7 +222,7 @@ fn theirs(answer: &Value) -> Option<Value> {
     (answer["ok"] == json!(true)).then(|| {
         // The answer omits empty strings.
         let text = |k: &str| answer[k].as_str().unwrap_or_default().to_string();
-        json!({"policyName": text("policyName"), "defaultCpuSet": text("defaultCpuSet"), "entries": answer["entries"]})
+        json!({"policyName": text("policyName"), "defaultCpuSet": text("defaultCpuSet"), "entries": answer["entries"], "podEntries": answer["podEntries"]})
     })
 }
 
@@ -251,23 +276,39 @@ fn reads_as_the_kubelet_restores_and_writes_its_bytes() {
     }
 
     // Our reader: the kubelet's verdict and state on every file and variant.
+    // Also the files older kubelets wrote (agent/tests/data/kubelet-state: v2 files hashed
+    // under the versioned struct name, which the PodLevelResourceManagers gate refuses).
     let mut cases = Vec::new();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/data/kubelet-state");
+    let mut older: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the kubelet-state fixtures")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    older.sort();
+    for p in older {
+        let text = std::fs::read_to_string(&p).expect("fixture");
+        for gate in [false, true] {
+            cases.push(("older kubelet's file", text.clone(), gate));
+        }
+    }
     for f in &files {
         for (what, text) in variants(f["file"].as_str().unwrap()) {
-            cases.push((what, text));
+            for gate in [false, true] {
+                cases.push((what, text.clone(), gate));
+            }
         }
     }
     let reads: Vec<Value> = cases
         .iter()
-        .map(|(_, t)| json!({"op": "read-cpu", "file": t}))
+        .map(|(_, t, gate)| json!({"op": "read-cpu", "file": t, "podLevelResourceManagers": gate}))
         .collect();
     let answers = ask(&bin, &reads);
     let (mut accepted, mut refused) = (0, 0);
     let mut per_variant: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for ((what, text), a) in cases.iter().zip(&answers) {
-        let (k, o) = (theirs(a), ours(text));
+    for ((what, text, gate), a) in cases.iter().zip(&answers) {
+        let (k, o) = (theirs(a), ours(text, *gate));
         let shown: String = text.chars().take(400).collect();
-        assert_eq!(o, k, "{what}: {shown}\nkubelet: {a}");
+        assert_eq!(o, k, "{what} (gate {gate}): {shown}\nkubelet: {a}");
         let e = per_variant.entry(what).or_default();
         if k.is_some() {
             accepted += 1;
