@@ -499,3 +499,34 @@ fn pod_level_cpus_are_never_free() {
     assert_eq!(c.reason, "KubeletPodLevelAllocations");
     assert!(c.message.contains("team/p \"8-13\""), "{}", c.message);
 }
+
+/// Without PodResources, the Memory Manager comes from its own checkpoint (read by the one
+/// reader, v3 as kubelet 1.37 writes it): Static with the kubelet's tables; a file the
+/// kubelet would refuse leaves it Unknown.
+#[test]
+fn memory_from_the_kubelets_checkpoint_without_podresources() {
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((spec(), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod("a", "u-a", 4)]));
+    assert!(core.reconcile());
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kubelet/tests/data/memory_manager_state.v3");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let c = nodetopo_kubelet::memory_checkpoint::parse(&text).expect("the kubelet's file");
+    core.apply(Event::KubeletMemory(Ok(Some(c))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Static"));
+
+    let bad = text.replacen("\"dataChecksum\":", "\"dataChecksum\":1", 1);
+    let c = nodetopo_kubelet::memory_checkpoint::parse(&bad).expect("read, checksum wrong");
+    core.apply(Event::KubeletMemory(Ok(Some(c))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+}
