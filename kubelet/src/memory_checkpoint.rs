@@ -337,7 +337,7 @@ fn map<K: Ord, V>(
 }
 
 fn ints(raw: &RawValue, what: &str, slot: &mut Option<Vec<i64>>, errors: &mut Vec<String>) {
-    slice(raw, what, slot, errors, |r, w, x, e| int(r, w, x, e));
+    slice(raw, what, slot, errors, int);
 }
 
 const TABLE_FIELDS: &[&str] = &["total", "systemReserved", "allocatable", "reserved", "free"];
