@@ -126,6 +126,10 @@ pub mod reason {
     /// KubeletAgreement False: the kubelet runs CPU manager policy `none` (it pins nothing),
     /// while nodetopo's spec predicts exclusive CPUs: the allocations shown are predictions.
     pub const KUBELET_POLICY_NONE: &str = "KubeletPolicyNone";
+    /// KubeletAgreement False: the kubelet holds pod-level CPU allocations (its
+    /// PodLevelResourceManagers feature, KEP-5526), which nodetopo does not model: they are
+    /// published as taken (never free), the containers' CPUs are not compared.
+    pub const KUBELET_POD_LEVEL_ALLOCATIONS: &str = "KubeletPodLevelAllocations";
 
     // Applied (NodeTopology, actuation).
     /// Applied True: the kubelet already runs the configuration.

@@ -127,7 +127,8 @@ pub struct KubeletAssignment {
     /// `namespace/name` of the pod, where known.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod: String,
-    /// Container name.
+    /// Container name; empty for a pod-level allocation (the kubelet's
+    /// PodLevelResourceManagers: CPUs held by the pod as a whole).
     pub container: String,
     /// CPUs, in list syntax.
     pub cpus: String,

@@ -9,12 +9,17 @@
 //
 //	{"op":"write-cpu","version":2|3|4,"policyName":..,"defaultCpuSet":..,
 //	 "entries":{uid:{container:cpus}},"podEntries":{uid:cpus}}      -> {"ok":true,"file":".."}
-//	{"op":"read-cpu","file":".."}   -> {"ok":true,"policyName":..,"defaultCpuSet":..,"entries":{..}}
+//	{"op":"read-cpu","file":"..","podLevelResourceManagers":bool}
+//	                                -> {"ok":true,"policyName":..,"defaultCpuSet":..,"entries":{..},"podEntries":{uid:cpus}}
 //	{"op":"write-memory","version":1|2|3,"policyName":..,"machineState":{..},"entries":{..},
 //	 "podEntries":{..}}                                              -> {"ok":true,"file":".."}
-//	{"op":"read-memory","file":".."} -> {"ok":true,"policyName":..,"machineState":{..},"entries":{..}}
+//	{"op":"read-memory","file":"..","podLevelResourceManagers":bool}
+//	                                -> {"ok":true,"policyName":..,"machineState":{..},"entries":{..},"podEntries":{..}}
 //
-// A refused file answers {"ok":false,"error":".."} with the kubelet's error.
+// Reads run with the PodLevelResourceManagers feature gate as the request sets it (off when
+// absent, its v1.37 default): the kubelet restores pod entries only with it on. A refused
+// file answers {"ok":false,"error":".."} with the kubelet's error; a file the kubelet's code
+// panics on answers {"ok":false,"panic":true,"error":"panic: .."}.
 package main
 
 import (
@@ -26,6 +31,8 @@ import (
 	"regexp"
 
 	"github.com/go-logr/logr"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	cpustate "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
 	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
@@ -41,6 +48,8 @@ type request struct {
 	PodEntries    json.RawMessage `json:"podEntries"`
 	MachineState  json.RawMessage `json:"machineState"`
 	File          string          `json:"file"`
+	// The PodLevelResourceManagers feature gate for a read.
+	PodLevelResourceManagers bool `json:"podLevelResourceManagers"`
 }
 
 type response struct {
@@ -50,7 +59,9 @@ type response struct {
 	DefaultCPUSet string          `json:"defaultCpuSet,omitempty"`
 	Entries       json.RawMessage `json:"entries,omitempty"`
 	MachineState  json.RawMessage `json:"machineState,omitempty"`
+	PodEntries    json.RawMessage `json:"podEntries,omitempty"`
 	Error         string          `json:"error,omitempty"`
+	Panic         bool            `json:"panic,omitempty"`
 }
 
 const checkpointName = "checkpoint"
@@ -185,7 +196,15 @@ func readCPU(req request) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	return response{OK: true, PolicyName: policy, DefaultCPUSet: st.GetDefaultCPUSet().String(), Entries: raw}, nil
+	podSets := map[string]string{}
+	for uid, e := range st.GetPodCPUAssignments() {
+		podSets[uid] = e.CPUSet.String()
+	}
+	pods, err := json.Marshal(podSets)
+	if err != nil {
+		return response{}, err
+	}
+	return response{OK: true, PolicyName: policy, DefaultCPUSet: st.GetDefaultCPUSet().String(), Entries: raw, PodEntries: pods}, nil
 }
 
 func readMemory(req request) (response, error) {
@@ -203,10 +222,29 @@ func readMemory(req request) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	return response{OK: true, PolicyName: policy, MachineState: machine, Entries: entries}, nil
+	pods, err := json.Marshal(st.GetPodMemoryAssignments())
+	if err != nil {
+		return response{}, err
+	}
+	return response{OK: true, PolicyName: policy, MachineState: machine, Entries: entries, PodEntries: pods}, nil
 }
 
-func answer(req request) response {
+func answer(req request) (resp response) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp = response{OK: false, Panic: true, Error: fmt.Sprintf("panic: %v", p)}
+		}
+	}()
+	if req.Op == "read-cpu" || req.Op == "read-memory" {
+		gates := map[string]bool{string(features.PodLevelResourceManagers): req.PodLevelResourceManagers}
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(gates); err != nil {
+			return response{OK: false, Error: "feature gates: " + err.Error()}
+		}
+	}
+	return answerOp(req)
+}
+
+func answerOp(req request) response {
 	var (
 		resp response
 		file []byte

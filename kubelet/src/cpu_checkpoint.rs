@@ -230,18 +230,27 @@ fn go_print_pod_entries(p: Option<&BTreeMap<String, String>>) -> String {
     format!("map[{}]", items.join(" "))
 }
 
+/// The kubelet feature gates that change how it reads the checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadGates {
+    /// `PodLevelResourceManagers` (beta in 1.37, off by default): with it on, a v2 file is
+    /// verified under the legacy struct name only, and the kubelet restores `podEntries`.
+    pub pod_level_resource_managers: bool,
+}
+
 /// The checksums the kubelet accepts for a v2 (`with_pods` false) or v3 struct: under the
-/// versioned name, then under `CPUManagerCheckpoint`.
-fn verify_struct(d: &Decoded, with_pods: bool) -> Result<(), u64> {
+/// versioned name (for v2 only with the PodLevelResourceManagers gate off), then under
+/// `CPUManagerCheckpoint`.
+fn verify_struct(d: &Decoded, with_pods: bool, gates: ReadGates) -> Result<(), u64> {
     let versioned = if with_pods {
-        "CPUManagerCheckpointV3"
+        Some("CPUManagerCheckpointV3")
     } else {
-        "CPUManagerCheckpointV2"
+        (!gates.pod_level_resource_managers).then_some("CPUManagerCheckpointV2")
     };
     let legacy = u64::from(fnv32a(
         struct_print("CPUManagerCheckpoint", d, with_pods).as_bytes(),
     ));
-    for name in [versioned, "CPUManagerCheckpoint"] {
+    for name in versioned.into_iter().chain(["CPUManagerCheckpoint"]) {
         if u64::from(fnv32a(struct_print(name, d, with_pods).as_bytes())) == d.checksum {
             return Ok(());
         }
@@ -355,8 +364,17 @@ fn load_v4(obj: Option<&GoObject>) -> Result<Option<CpuCheckpoint>, String> {
     restore(d, CheckpointFormat::V4, check, "data.").map(Some)
 }
 
-/// Reads a checkpoint's text as the kubelet v1.37.2 restores it.
+/// Reads a checkpoint's text as the kubelet v1.37.2 restores it with its default feature
+/// gates.
 pub fn parse(text: &str) -> Result<CpuCheckpoint, String> {
+    parse_gated(text, ReadGates::default())
+}
+
+/// Reads a checkpoint's text as the kubelet v1.37.2 restores it with the feature gates
+/// `gates`. [`CpuCheckpoint::pod_entries`] holds what the file says either way (the kubelet
+/// restores them only with `PodLevelResourceManagers` on; with it off, CPUs held there are
+/// in no set it restores, and its static policy refuses to start).
+pub fn parse_gated(text: &str, gates: ReadGates) -> Result<CpuCheckpoint, String> {
     // A text Go cannot parse sets no field: every version fails, with the parse error.
     let parsed = GoObject::parse(text);
     if let Some(v4) = load_v4(parsed.as_ref().ok())? {
@@ -365,7 +383,7 @@ pub fn parse(text: &str) -> Result<CpuCheckpoint, String> {
     let obj = parsed?;
     // v3
     let d3 = decode(&obj, V3_FIELDS);
-    if d3.errors.is_empty() && verify_struct(&d3, true).is_ok() {
+    if d3.errors.is_empty() && verify_struct(&d3, true, gates).is_ok() {
         return restore(d3, CheckpointFormat::V3, ChecksumCheck::Verified, "");
     }
     // v2
@@ -376,7 +394,7 @@ pub fn parse(text: &str) -> Result<CpuCheckpoint, String> {
     let check = if d2.checksum == 0 {
         ChecksumCheck::NotRecorded
     } else {
-        match verify_struct(&d2, false) {
+        match verify_struct(&d2, false, gates) {
             Ok(()) => ChecksumCheck::Verified,
             Err(computed) => ChecksumCheck::Mismatch {
                 field: "checksum",

@@ -118,6 +118,11 @@ impl GoObject {
         })
     }
 
+    /// Every member in file order (for decoding a JSON object into a Go map).
+    pub fn members(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.members.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
+    }
+
     /// The values for the field `name`, in file order: keys equal to `name`, or, where no
     /// field of `fields` (the struct's field names) equals the key, keys equal to it
     /// case-insensitively.

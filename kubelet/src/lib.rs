@@ -1,6 +1,7 @@
 //! The kubelet's files and flags as the kubelet reads them: its configuration file and
 //! drop-in directory ([`config`], YAML as in [`yaml`]) and its command line ([`cmdline`]); pod manifests as the kubelet reads their fields
-//! ([`pods`]).
+//! ([`pods`]); its CPU manager and Memory Manager checkpoints ([`cpu_checkpoint`],
+//! [`memory_checkpoint`]).
 //! No cluster, no kube client, no async runtime.
 
 pub mod atomic;
@@ -9,6 +10,7 @@ pub mod config;
 pub mod cpu_checkpoint;
 pub mod gohash;
 pub mod gojson;
+pub mod memory_checkpoint;
 pub mod pods;
 pub mod yaml;
 

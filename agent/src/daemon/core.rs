@@ -36,6 +36,7 @@ use crate::daemon::inputs::podresources::KubeletView;
 use crate::daemon::inputs::spec::{node_config, SpecError};
 use crate::daemon::inputs::validate::{self, KubeletError};
 use crate::daemon::kubelet_state::KubeletCpuState;
+use nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint;
 
 mod kubelet;
 
@@ -178,6 +179,9 @@ pub enum Event {
     SpecUnreadable(String),
     /// The kubelet checkpoint: absent, parsed, or why it cannot be used.
     Kubelet(Result<Option<KubeletCpuState>, KubeletError>),
+    /// The kubelet's Memory Manager checkpoint (`memory_manager_state`): absent, read, or
+    /// why it cannot be used.
+    KubeletMemory(Result<Option<MemoryCheckpoint>, String>),
     /// The kubelet's PodResources answer: not configured or no socket (`Ok(None)`), read,
     /// or why it failed.
     PodResources(Result<Option<KubeletView>, String>),
@@ -223,6 +227,7 @@ pub struct Core {
     /// before the next save (see [`Core::take_quarantine_request`]).
     quarantine_requested: bool,
     kubelet: Result<Option<KubeletCpuState>, KubeletError>,
+    kubelet_memory: Result<Option<MemoryCheckpoint>, String>,
     podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,
     /// The last actuation verdict (published as `Applied` and `status.change`).
@@ -284,6 +289,7 @@ impl Core {
             checkpoint_problem,
             quarantine_requested,
             kubelet: Ok(None),
+            kubelet_memory: Ok(None),
             podresources: Ok(None),
             pod_problems: Vec::new(),
             actuation: None,
@@ -334,6 +340,7 @@ impl Core {
                     other => other,
                 }
             }
+            Event::KubeletMemory(m) => self.kubelet_memory = m,
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
             Event::NrtBuilt(b) => self.nrt_built = Some(b),
@@ -809,6 +816,11 @@ impl Core {
     /// The kubelet's last PodResources answer, when it was read.
     pub fn podresources(&self) -> Option<&KubeletView> {
         self.podresources.as_ref().ok().and_then(|v| v.as_ref())
+    }
+
+    /// The kubelet's Memory Manager checkpoint as last read (`Ok(None)`: none).
+    pub fn kubelet_memory(&self) -> &Result<Option<MemoryCheckpoint>, String> {
+        &self.kubelet_memory
     }
 
     /// The generation of the spec last received.

@@ -145,6 +145,12 @@ impl Core {
         let predicted = self.admitted.values().flatten().count();
         if let Some(why) = &k.checksum_problem {
             (false, reason::KUBELET_STATE_CHECKSUM_MISMATCH, why.clone())
+        } else if !k.pod_level.is_empty() {
+            (
+                false,
+                reason::KUBELET_POD_LEVEL_ALLOCATIONS,
+                pod_level_message(k),
+            )
         } else if k.policy_name == "none" && predicted > 0 {
             (
                 false,
@@ -169,6 +175,23 @@ impl Core {
             (false, reason::DISAGREE, msg)
         }
     }
+}
+
+/// What the `KubeletPodLevelAllocations` verdict says: which pods hold which CPUs.
+fn pod_level_message(k: &KubeletActual) -> String {
+    let pods: Vec<String> = k
+        .pod_level
+        .iter()
+        .map(|(key, set)| {
+            let name = k.names.get(key).unwrap_or(key);
+            format!("{name} \"{set}\"")
+        })
+        .collect();
+    format!(
+        "the kubelet holds pod-level CPU allocations (PodLevelResourceManagers) for {} pods: {}; nodetopo does not model pod-level resource managers, so it cannot compare these pods' containers: their CPUs are published as taken, never as free",
+        pods.len(),
+        pods.join(", ")
+    )
 }
 
 /// Whether showing the kubelet's CPUs for the pods it holds, beside nodetopo's for the others,

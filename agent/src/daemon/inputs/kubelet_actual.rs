@@ -13,6 +13,12 @@
 //! is every online CPU but the reserved ones
 //! (pkg/kubelet/cm/cpumanager/policy_{none,static}.go). The shared pool is every online CPU
 //! but the exclusive ones, as in the kubelet's `defaultCpuSet`.
+//!
+//! Pod-level allocations (the kubelet's PodLevelResourceManagers, KEP-5526: the checkpoint's
+//! `podEntries`, PodResources' pod-level `cpu_ids`) are kept apart ([`KubeletActual::pod_level`]):
+//! they count as exclusive (never in the free pool published) and are published as
+//! assignments with an empty container name; nodetopo does not model them, which the
+//! `KubeletAgreement` condition says.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,6 +41,9 @@ pub struct KubeletActual {
     pub default_cpu_set: CpuSet,
     /// pod UID (or `namespace/name`, see the module documentation) -> container -> CPUs.
     pub entries: BTreeMap<String, BTreeMap<String, CpuSet>>,
+    /// pod UID (or `namespace/name`) -> the CPUs the pod holds as a whole (pod-level
+    /// resource managers).
+    pub pod_level: BTreeMap<String, CpuSet>,
     /// `namespace/name` by key, where known.
     pub names: BTreeMap<String, String>,
     /// Why the source cannot be trusted for a comparison (a checkpoint failing its checksum).
@@ -60,6 +69,18 @@ impl KubeletActual {
                 })
             })
             .collect();
+        for (key, set) in &self.pod_level {
+            assignments.push(KubeletAssignment {
+                pod_uid: if key.contains('/') {
+                    String::new()
+                } else {
+                    key.clone()
+                },
+                pod: self.names.get(key).cloned().unwrap_or_default(),
+                container: String::new(),
+                cpus: set.to_string(),
+            });
+        }
         assignments.sort_by(|a, b| {
             (&a.pod_uid, &a.pod, &a.container).cmp(&(&b.pod_uid, &b.pod, &b.container))
         });
@@ -71,11 +92,12 @@ impl KubeletActual {
         }
     }
 
-    /// Every CPU held exclusively.
+    /// Every CPU held exclusively, by a container or by a pod as a whole.
     pub fn exclusive(&self) -> CpuSet {
         self.entries
             .values()
             .flat_map(|cs| cs.values())
+            .chain(self.pod_level.values())
             .fold(CpuSet::new(), |acc, s| acc.union(s))
     }
 }
@@ -107,6 +129,13 @@ pub fn from_podresources(
             .or_default()
             .insert(c.container.clone(), c.cpus.clone());
     }
+    let mut pod_level = BTreeMap::new();
+    for p in &view.pods {
+        let name = format!("{}/{}", p.namespace, p.pod);
+        let key = uid_of(&p.namespace, &p.pod).unwrap_or_else(|| name.clone());
+        names.insert(key.clone(), name);
+        pod_level.insert(key, p.cpus.clone());
+    }
     let policy_name = if view.allocatable_cpus.is_empty() {
         "none"
     } else {
@@ -117,6 +146,7 @@ pub fn from_podresources(
         policy_name: policy_name.to_string(),
         default_cpu_set: CpuSet::new(),
         entries,
+        pod_level,
         names,
         checksum_problem: None,
         fallback: None,
@@ -130,6 +160,16 @@ pub fn from_podresources(
         topology,
     )
     .map_err(|v| v.to_string())?;
+    if let Some(cpu) = actual
+        .pod_level
+        .values()
+        .flat_map(|s| s.iter())
+        .find(|c| topology.cpu(*c).is_none())
+    {
+        return Err(format!(
+            "the kubelet's PodResources answer: pod-level cpu {cpu} is not a CPU of this machine"
+        ));
+    }
     if let Some(cpu) = view
         .allocatable_cpus
         .iter()
@@ -150,6 +190,7 @@ pub fn from_checkpoint(
     let names = k
         .entries
         .keys()
+        .chain(k.pod_entries.keys())
         .filter_map(|uid| name_of(uid).map(|n| (uid.clone(), n)))
         .collect();
     KubeletActual {
@@ -157,6 +198,7 @@ pub fn from_checkpoint(
         policy_name: k.policy_name.clone(),
         default_cpu_set: k.default_cpu_set.clone(),
         entries: k.entries.clone(),
+        pod_level: k.pod_entries.clone(),
         names,
         checksum_problem: checksum_problem(&k.checksum_check),
         fallback: None,

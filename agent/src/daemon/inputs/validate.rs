@@ -211,13 +211,24 @@ pub fn checkpoint(
 }
 
 /// Validates the kubelet's CPU manager state against this machine before anything from it
-/// is published. (Parsing already made every set well-formed.)
+/// is published, pod-level entries (`podEntries`) included: on the machine, outside the
+/// shared pool and other pods' CPUs. (Parsing already made every set well-formed.)
 pub fn kubelet_state(
     file: &Path,
     state: &KubeletCpuState,
     topology: &CpuTopology,
 ) -> Result<(), Violation> {
-    kubelet_sets(file, &state.default_cpu_set, &state.entries, topology)
+    let pod_level = String::from("(pod-level)");
+    let flat = state
+        .entries
+        .iter()
+        .flat_map(|(u, cs)| cs.iter().map(move |(c, s)| (u, c, s)))
+        .chain(state.pod_entries.iter().map(|(u, s)| (u, &pod_level, s)));
+    check_sets(topology, &state.default_cpu_set, flat).map_err(|(invariant, why)| Violation {
+        file: file.display().to_string(),
+        invariant,
+        why,
+    })
 }
 
 /// The same invariants for any kubelet view (a checkpoint, a PodResources answer): a shared

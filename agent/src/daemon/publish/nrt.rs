@@ -38,6 +38,7 @@ use nodetopo_engine::CpuSet;
 use crate::daemon::core::Core;
 use crate::daemon::inputs::podresources::KubeletView;
 use crate::daemon::inputs::spec::node_config;
+use nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint;
 
 /// Why no object is handed to the writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +120,7 @@ pub fn desired(
     };
     // The Memory Manager as the kubelet reports it: Static when it reports allocatable
     // memory (its tables from that and the pinned blocks), None when it reports none.
+    // Without PodResources, the kubelet's own Memory Manager checkpoint where it is usable.
     let tables;
     let memory = match podresources {
         Some(v) if !v.allocatable_memory.is_empty() => {
@@ -128,7 +130,14 @@ pub fn desired(
             MemoryManagerView::Static(&tables)
         }
         Some(_) => MemoryManagerView::None,
-        None => MemoryManagerView::Unknown,
+        None => match checkpoint_memory(core.kubelet_memory()) {
+            Some(Some(t)) => {
+                tables = t;
+                MemoryManagerView::Static(&tables)
+            }
+            Some(None) => MemoryManagerView::None,
+            None => MemoryManagerView::Unknown,
+        },
     };
     let no_devices = DeviceInventory::default();
     let devices = podresources.map_or(&no_devices, |v| &v.devices);
@@ -154,6 +163,21 @@ pub fn desired(
         devices,
     };
     nrt::build(&input).map_err(|e| NrtProblem::Build(e.to_string()))
+}
+
+/// The Memory Manager from the kubelet's own checkpoint (`memory_manager_state`, read as the
+/// kubelet restores it): `Some(Some(tables))` under policy `Static` (the machine state the
+/// kubelet runs with), `Some(None)` under `None`; `None` (unknown) when there is no
+/// checkpoint, or one the kubelet would refuse, or tables that do not add up.
+fn checkpoint_memory(
+    read: &Result<Option<MemoryCheckpoint>, String>,
+) -> Option<Option<memory::MemoryTables>> {
+    let state = read.as_ref().ok()?.as_ref()?.trusted().ok()?;
+    match state.policy_name.as_str() {
+        "Static" => state.tables().ok().map(Some),
+        "None" => Some(None),
+        _ => None,
+    }
 }
 
 /// The pinned memory blocks of a PodResources answer, with their NUMA ids checked.

@@ -470,10 +470,20 @@ async fn read_kubelet(
         &kubelet.state,
         topology,
     )));
+    core.apply(Event::KubeletMemory(read_memory_state(&kubelet.state)));
     core.apply(Event::PodResources(
         crate::daemon::inputs::podresources::read_if_present(&kubelet.socket, PODRESOURCES_TIMEOUT)
             .await,
     ));
+}
+
+/// The kubelet's Memory Manager checkpoint, `memory_manager_state` beside its CPU manager
+/// checkpoint (`--kubelet-state`), read with the one reader of `nodetopo-kubelet`.
+fn read_memory_state(
+    cpu_state: &std::path::Path,
+) -> Result<Option<nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint>, String> {
+    nodetopo_kubelet::memory_checkpoint::read(&cpu_state.with_file_name("memory_manager_state"))
+        .map_err(|e| e.to_string())
 }
 
 /// Starts the NodeResourceTopology writer task for `node`; returns the channel that feeds

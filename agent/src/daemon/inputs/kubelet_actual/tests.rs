@@ -20,6 +20,7 @@ fn view(containers: &[(&str, &str, &str)], allocatable: &str) -> KubeletView {
                 cpus: CpuSet::parse(cpus).expect("set"),
             })
             .collect(),
+        pods: vec![],
         memory: vec![],
         allocatable_memory: vec![],
         devices: Default::default(),

@@ -559,3 +559,48 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
         "podresources status path: 7 servers (agree, moved, failing, malformed id, off-machine id, shared CPU, policy none), 2 absent sockets, checkpoint fallback 4 times"
     );
 }
+
+/// Pod-level resource managers: a pod's pod-level `cpu_ids` are read (a bad id named), and
+/// its pod-level memory blocks replace its containers' (which they include).
+#[test]
+fn pod_level_cpus_and_memory_are_read() {
+    let mem = |size: u64, node: i64| v1::ContainerMemory {
+        memory_type: "memory".into(),
+        size,
+        topology: Some(TopologyInfo {
+            nodes: vec![NumaNode { id: node }],
+        }),
+    };
+    let mut p = pod(
+        "team",
+        "p",
+        vec![container("app", &[9], vec![mem(1 << 30, 1)])],
+    );
+    p.cpu_ids = vec![8, 9, 10];
+    p.memory = vec![mem(3 << 30, 1)];
+    let list = ListPodResourcesResponse {
+        pod_resources: vec![p.clone()],
+    };
+    let v = view(&list, &AllocatableResourcesResponse::default()).expect("view");
+    assert_eq!(v.pods.len(), 1);
+    assert_eq!(
+        (v.pods[0].pod.as_str(), v.pods[0].cpus.to_string()),
+        ("p", "8-10".to_string())
+    );
+    let blocks: Vec<(&str, u64)> = v
+        .memory
+        .iter()
+        .map(|m| (m.container.as_str(), m.size))
+        .collect();
+    assert_eq!(
+        blocks,
+        [("", 3 << 30)],
+        "the pod's blocks, not its container's too"
+    );
+    p.cpu_ids = vec![-1];
+    let list = ListPodResourcesResponse {
+        pod_resources: vec![p],
+    };
+    let e = view(&list, &AllocatableResourcesResponse::default()).unwrap_err();
+    assert!(e.to_string().contains("pod team/p"), "{e}");
+}

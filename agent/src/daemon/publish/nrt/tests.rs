@@ -427,3 +427,106 @@ fn static_memory_manager_from_podresources() {
     assert!(matches!(e, NrtProblem::Build(_)), "{e:?}");
     assert!(e.to_string().contains("default/a/app"), "{e}");
 }
+
+/// Pod-level resource managers (PodLevelResourceManagers, KEP-5526): CPUs the kubelet holds
+/// for a pod as a whole, in the checkpoint's `podEntries` or PodResources' pod-level
+/// `cpu_ids`, are never published as free; status shows them (container "") and
+/// KubeletAgreement says plainly that nodetopo cannot compare them.
+#[test]
+fn pod_level_cpus_are_never_free() {
+    use nodetopo_crds::conditions;
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let cpus = topo.all_cpus().len();
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((spec(), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod("a", "u-a", 4)]));
+    assert!(core.reconcile());
+
+    // A v4 checkpoint as kubelet 1.37 writes it with the gate on: pod u-p holds 8-11.
+    let data = r#"{"policyName":"static","defaultCpuSet":"0,5-7,12-63","entries":{"u-a":{"app":"1-4"}},"podEntries":{"u-p":{"cpuSet":"8-11"}}}"#;
+    let file = serde_json::json!({
+        "policyName": "static", "defaultCpuSet": "0,5-7,12-63", "checksum": 1,
+        "data": data, "dataChecksum": nodetopo_kubelet::gohash::data_checksum(data),
+    })
+    .to_string();
+    let k = nodetopo_kubelet::cpu_checkpoint::parse(&file).expect("the kubelet's file");
+    core.apply(Event::Kubelet(Ok(Some(k))));
+    let st = core.status(&[], &now());
+    let seen = st.kubelet.as_ref().expect("kubelet view");
+    assert!(
+        seen.assignments
+            .iter()
+            .any(|a| a.pod_uid == "u-p" && a.container.is_empty() && a.cpus == "8-11"),
+        "{seen:?}"
+    );
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(
+        available(&o),
+        cpus - 2 - 4 - 4,
+        "reserved 2, container 4, pod-level 4: none of 8-11 free"
+    );
+    let c = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "KubeletPodLevelAllocations")
+    );
+    assert!(c.message.contains("u-p \"8-11\""), "{}", c.message);
+
+    // The same from PodResources: pod-level cpu_ids (they include the containers' own).
+    let view = crate::daemon::inputs::podresources::KubeletView {
+        allocatable_cpus: CpuSet::parse("1-31,33-63").expect("set"),
+        containers: vec![crate::daemon::inputs::podresources::ContainerCpus {
+            namespace: "default".into(),
+            pod: "a".into(),
+            container: "app".into(),
+            cpus: CpuSet::parse("1-4").expect("set"),
+        }],
+        pods: vec![crate::daemon::inputs::podresources::PodCpus {
+            namespace: "team".into(),
+            pod: "p".into(),
+            cpus: CpuSet::parse("8-13").expect("set"),
+        }],
+        ..Default::default()
+    };
+    core.apply(Event::PodResources(Ok(Some(view))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_ALLOCATION_SOURCE), Some("PodResources"));
+    assert_eq!(available(&o), cpus - 2 - 4 - 6);
+    let k = st.kubelet.as_ref().expect("kubelet view");
+    assert!(!k.default_cpu_set.contains("8-13"), "{}", k.default_cpu_set);
+    let c = conditions::find(&st.conditions, conditions::KUBELET_AGREEMENT).expect("cond");
+    assert_eq!(c.reason, "KubeletPodLevelAllocations");
+    assert!(c.message.contains("team/p \"8-13\""), "{}", c.message);
+}
+
+/// Without PodResources, the Memory Manager comes from its own checkpoint (read by the one
+/// reader, v3 as kubelet 1.37 writes it): Static with the kubelet's tables; a file the
+/// kubelet would refuse leaves it Unknown.
+#[test]
+fn memory_from_the_kubelets_checkpoint_without_podresources() {
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((spec(), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod("a", "u-a", 4)]));
+    assert!(core.reconcile());
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kubelet/tests/data/memory_manager_state.v3");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let c = nodetopo_kubelet::memory_checkpoint::parse(&text).expect("the kubelet's file");
+    core.apply(Event::KubeletMemory(Ok(Some(c))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Static"));
+
+    let bad = text.replacen("\"dataChecksum\":", "\"dataChecksum\":1", 1);
+    let c = nodetopo_kubelet::memory_checkpoint::parse(&bad).expect("read, checksum wrong");
+    core.apply(Event::KubeletMemory(Ok(Some(c))));
+    let st = core.status(&[], &now());
+    let o = desired(&core, &st, "n1").expect("object");
+    assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+}
