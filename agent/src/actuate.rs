@@ -28,7 +28,6 @@
 //! under the new configuration. On failure: restore the backups, restart again, report
 //! `Failed` with the reason.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -415,13 +414,7 @@ fn resolved_desired(
     topology: &nodetopo_engine::CpuTopology,
     desired: &OwnedConfig,
 ) -> anyhow::Result<OwnedConfig> {
-    let checked = check_config(topology, desired, "desired")?;
-    let mut out = desired.normalized();
-    if let Some(p) = &checked.policy {
-        out.reserved_system_cpus = p.reserved().clone();
-        out.reserved_cpu_count = None;
-    }
-    Ok(out)
+    kubelet::dropin_fields(topology, desired)
 }
 
 /// Everything an apply needs.
@@ -472,11 +465,11 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         Some(p) => Some((kubelet_cmdline::check(p)?, p)),
         None => None,
     };
-    let gates = checked
+    let flags = checked
         .as_ref()
-        .map(|(c, _)| c.feature_gates())
+        .map(|(c, _)| c.flags())
         .unwrap_or_default();
-    let mut report = plan_and_carry_out(input, recovery, &gates, svc)?;
+    let mut report = plan_and_carry_out(input, recovery, &flags, svc)?;
     if let Some((c, p)) = checked {
         let line = c.describe(p);
         // Said in the message too (it becomes the Applied condition's), so that a node
@@ -492,12 +485,17 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
 fn plan_and_carry_out(
     input: &ApplyInput<'_>,
     recovery: Recovery,
-    command_line_gates: &BTreeMap<String, bool>,
+    flags: &kubelet_cmdline::ConfigFlags,
     svc: &mut dyn KubeletService,
 ) -> anyhow::Result<ApplyReport> {
     let files = input.files;
-    let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
-    kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
+    // The kubelet's effective configuration (files, drop-ins, then its command line's
+    // flags): where the plan starts.
+    let read = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)?;
+    kubelet::check_gates(&read.feature_gates, &flags.feature_gates, input.desired)?;
+    let desired = resolved_desired(input.topology, input.desired)?;
+    // A flag that overrides what the drop-in sets: refused before anything is written.
+    kubelet::check_flags(flags, &desired)?;
     let current = read.owned;
     let read = read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
@@ -509,7 +507,6 @@ fn plan_and_carry_out(
         pods: input.pods,
         desired: input.desired,
     })?;
-    let desired = resolved_desired(input.topology, input.desired)?;
     let first = plan
         .steps
         .first()
@@ -555,7 +552,15 @@ fn plan_and_carry_out(
     } else {
         "RestartOnly"
     };
-    match carry_out(files, &dropin, new_state.as_deref(), input, &desired, svc) {
+    match carry_out(
+        files,
+        &dropin,
+        new_state.as_deref(),
+        input,
+        &desired,
+        flags,
+        svc,
+    ) {
         Ok(()) => Ok(report(true, reason, first, recovery, plan)),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
     }
@@ -568,6 +573,7 @@ fn carry_out(
     new_state: Option<&str>,
     input: &ApplyInput<'_>,
     desired: &OwnedConfig,
+    flags: &kubelet_cmdline::ConfigFlags,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     let e = |what: &str, err: anyhow::Error| format!("{what}: {err:#}");
@@ -658,7 +664,7 @@ fn carry_out(
         return Err(rollback(svc, x));
     }
     // 4. Verify.
-    if let Err(why) = verify(files, input, desired, svc) {
+    if let Err(why) = verify(files, input, desired, flags, svc) {
         return Err(rollback(svc, format!("verification failed: {why}")));
     }
     w.remove(&files.journal())
@@ -666,24 +672,27 @@ fn carry_out(
     Ok(())
 }
 
-/// The kubelet is healthy, runs the desired owned fields, and its state file is accepted.
+/// The kubelet is healthy, runs the desired owned fields (its effective configuration:
+/// files, drop-ins and command-line flags), and its state file is accepted.
 fn verify(
     files: &KubeletFiles,
     input: &ApplyInput<'_>,
     desired: &OwnedConfig,
+    flags: &kubelet_cmdline::ConfigFlags,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     svc.healthy()
         .map_err(|e| format!("the restarted kubelet failed its checks: {e}"))?;
-    let effective = kubelet::read_effective(&files.config, Some(&files.config_dir))
-        .map_err(|e| format!("{e:#}"))?;
+    let effective = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)
+        .map_err(|e| format!("{e:#}"))?
+        .owned;
     let mut eff = effective.normalized();
     if eff.reserved_system_cpus.is_empty() {
         eff = resolved_desired(input.topology, &eff).map_err(|e| format!("{e:#}"))?;
     }
     if &eff != desired {
         return Err(format!(
-            "the kubelet's effective configuration differs from the desired one (a later drop-in in {} overrides {}): {}",
+            "the kubelet's effective configuration differs from the desired one (a later drop-in in {} or a command-line flag overrides {}): {}",
             files.config_dir.display(),
             kubelet::DROPIN_NAME,
             nodetopo_engine::change::config_diff(desired, &eff).join("; ")

@@ -24,6 +24,7 @@ use nodetopo_engine::quantity;
 use nodetopo_engine::CpuSet;
 use serde_yaml::Value;
 
+use crate::cmdline::{ConfigFlags, MemoryReservation};
 use crate::yaml::{self as kubelet_yaml, Keys};
 
 /// The name of nodetopo's drop-in file.
@@ -58,11 +59,12 @@ fn string_map(v: &Value, field: &str, file: &Path) -> anyhow::Result<BTreeMap<St
 }
 
 /// The owned keys of a KubeletConfiguration: string scalars, then string maps.
-const SCALARS: [&str; 4] = [
+const SCALARS: [&str; 5] = [
     "cpuManagerPolicy",
     "reservedSystemCPUs",
     "topologyManagerPolicy",
     "topologyManagerScope",
+    "memoryManagerPolicy",
 ];
 const MAPS: [&str; 4] = [
     "cpuManagerPolicyOptions",
@@ -278,23 +280,64 @@ pub fn check_gates(
     Ok(())
 }
 
-/// What nodetopo reads of the kubelet's configuration files.
+/// What nodetopo reads of the kubelet's effective configuration: its files, and, where
+/// given ([`read_config_with_flags`]), the configuration flags of its command line over them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeletFileConfig {
     /// The owned fields.
     pub owned: OwnedConfig,
     /// `featureGates`.
     pub feature_gates: BTreeMap<String, bool>,
+    /// `kubeReserved`.
+    pub kube_reserved: BTreeMap<String, String>,
+    /// `systemReserved`.
+    pub system_reserved: BTreeMap<String, String>,
+    /// `memoryManagerPolicy` as set (empty: not set, the kubelet's default `None`).
+    pub memory_manager_policy: String,
+    /// `reservedMemory` as `--reserved-memory` sets it (`None`: not on the command line;
+    /// the files' `reservedMemory` is not read).
+    pub reserved_memory: Option<Vec<MemoryReservation>>,
 }
 
-/// The owned fields and feature gates after `files` (the `--config` file first, then
-/// drop-ins in order): the drop-ins are merged as JSON and the result decoded once at the
-/// end, as the kubelet does, so a value a later drop-in replaces is never type-checked. A
-/// field of the wrong type names the last file that set it.
-fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFileConfig> {
+/// The KubeletConfiguration key each configuration flag sets.
+const FLAG_KEYS: [(&str, &str); 10] = [
+    ("cpuManagerPolicy", "--cpu-manager-policy"),
+    ("cpuManagerPolicyOptions", "--cpu-manager-policy-options"),
+    ("reservedSystemCPUs", "--reserved-cpus"),
+    ("kubeReserved", "--kube-reserved"),
+    ("systemReserved", "--system-reserved"),
+    ("topologyManagerPolicy", "--topology-manager-policy"),
+    ("topologyManagerScope", "--topology-manager-scope"),
+    ("topologyManagerPolicyOptions", "--topology-manager-policy-options"),
+    ("memoryManagerPolicy", "--memory-manager-policy"),
+    ("reservedMemory", "--reserved-memory"),
+];
+
+/// The flag that sets a KubeletConfiguration key.
+pub fn flag_of(key: &str) -> &'static str {
+    FLAG_KEYS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or("", |(_, f)| *f)
+}
+
+/// The owned fields and the rest of [`KubeletFileConfig`] after `files` (the `--config`
+/// file first, then drop-ins in order), then `flags`, as the kubelet builds its
+/// configuration: the drop-ins are merged as JSON and the result decoded once (so a value a
+/// later drop-in replaces is never type-checked); the command line's flags are then parsed
+/// into the decoded configuration (`kubeletConfigFlagPrecedence`: a string flag replaces
+/// the field, a map flag the whole map, `--feature-gates` overrides gate by gate); values
+/// are checked last (a bad `reservedSystemCPUs` in a file that `--reserved-cpus` replaces
+/// does not matter). A field of the wrong type names the last file that set it; a bad
+/// value names the flag or the file it came from.
+fn effective_of(
+    config: &Path,
+    dropins: &[PathBuf],
+    flags: &ConfigFlags,
+) -> anyhow::Result<KubeletFileConfig> {
     use serde_json::Value as J;
     let (merged, last_set) = merge_files(config, dropins)?;
-    let feature_gates = gates_of(&merged, &last_set)?;
+    let mut feature_gates = gates_of(&merged, &last_set)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
             None | Some(J::Null) => Ok(String::new()),
@@ -324,27 +367,66 @@ fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFil
             ),
         }
     };
-    let reserved = scalar("reservedSystemCPUs")?;
+    let mut cpu_manager_policy = scalar("cpuManagerPolicy")?;
+    let mut reserved = scalar("reservedSystemCPUs")?;
+    let mut topology_manager_policy = scalar("topologyManagerPolicy")?;
+    let mut topology_manager_scope = scalar("topologyManagerScope")?;
+    let mut memory_manager_policy = scalar("memoryManagerPolicy")?;
+    let mut cpu_options = map("cpuManagerPolicyOptions")?;
+    let mut tm_options = map("topologyManagerPolicyOptions")?;
+    let mut kube_reserved = map("kubeReserved")?;
+    let mut system_reserved = map("systemReserved")?;
+    // The command line over the files.
+    let over = |field: &mut String, flag: &Option<String>| {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    };
+    over(&mut cpu_manager_policy, &flags.cpu_manager_policy);
+    over(&mut reserved, &flags.reserved_cpus);
+    over(&mut topology_manager_policy, &flags.topology_manager_policy);
+    over(&mut topology_manager_scope, &flags.topology_manager_scope);
+    over(&mut memory_manager_policy, &flags.memory_manager_policy);
+    let over_map = |field: &mut BTreeMap<String, String>, flag: &Option<BTreeMap<String, String>>| {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    };
+    over_map(&mut cpu_options, &flags.cpu_manager_policy_options);
+    over_map(&mut tm_options, &flags.topology_manager_policy_options);
+    over_map(&mut kube_reserved, &flags.kube_reserved);
+    over_map(&mut system_reserved, &flags.system_reserved);
+    feature_gates.extend(flags.feature_gates.iter().map(|(g, v)| (g.clone(), *v)));
+    let source = |key: &str, given: bool| {
+        if given {
+            format!("set by {} on the kubelet's command line", flag_of(key))
+        } else {
+            format!("last set in {}", last_set(key))
+        }
+    };
     let mut out = OwnedConfig {
-        cpu_manager_policy: scalar("cpuManagerPolicy")?,
-        cpu_manager_policy_options: map("cpuManagerPolicyOptions")?,
+        cpu_manager_policy,
+        cpu_manager_policy_options: cpu_options,
         reserved_system_cpus: CpuSet::parse(&reserved).map_err(|e| {
             anyhow::anyhow!(
-                "reservedSystemCPUs {reserved:?} (last set in {}): {e}",
-                last_set("reservedSystemCPUs")
+                "reservedSystemCPUs {reserved:?} ({}): {e}",
+                source("reservedSystemCPUs", flags.reserved_cpus.is_some())
             )
         })?,
         reserved_cpu_count: None,
-        topology_manager_policy: scalar("topologyManagerPolicy")?,
-        topology_manager_scope: scalar("topologyManagerScope")?,
-        topology_manager_policy_options: map("topologyManagerPolicyOptions")?,
+        topology_manager_policy,
+        topology_manager_scope,
+        topology_manager_policy_options: tm_options,
     };
     if out.reserved_system_cpus.is_empty() {
         let mut millis = 0;
-        for key in ["kubeReserved", "systemReserved"] {
-            if let Some(cpu) = map(key)?.get("cpu") {
+        for (key, m, flag) in [
+            ("kubeReserved", &kube_reserved, &flags.kube_reserved),
+            ("systemReserved", &system_reserved, &flags.system_reserved),
+        ] {
+            if let Some(cpu) = m.get("cpu") {
                 millis += quantity::parse_millis(cpu).map_err(|e| {
-                    anyhow::anyhow!("{key}.cpu {cpu:?} (last set in {}): {e}", last_set(key))
+                    anyhow::anyhow!("{key}.cpu {cpu:?} ({}): {e}", source(key, flag.is_some()))
                 })?;
             }
         }
@@ -353,25 +435,164 @@ fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFil
             out.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
         }
     }
+    if let Some(list) = &flags.reserved_memory {
+        check_reserved_memory(list)?;
+    }
     Ok(KubeletFileConfig {
         owned: out,
         feature_gates,
+        kube_reserved,
+        system_reserved,
+        memory_manager_policy,
+        reserved_memory: flags.reserved_memory.clone(),
     })
 }
 
+/// The kubelet's validation of `reservedMemory` (`validateReservedMemoryConfiguration`):
+/// no zero quantity, no NUMA node and type given twice.
+fn check_reserved_memory(list: &[MemoryReservation]) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for m in list {
+        for (name, q) in &m.limits {
+            let zero = quantity::Quantity::parse(q).map(|q| q.is_zero()).unwrap_or(false);
+            if zero {
+                bail!(
+                    "--reserved-memory: the reservation of {name} on NUMA node {} is zero, which the kubelet refuses",
+                    m.numa_node
+                );
+            }
+            if !seen.insert((m.numa_node, name.as_str())) {
+                bail!(
+                    "--reserved-memory: NUMA node {} reserves {name} twice, which the kubelet refuses",
+                    m.numa_node
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The kubelet's effective owned fields and feature gates from its config file and drop-in
-/// directory (`None`: the kubelet runs without `--config-dir`), every file read once.
+/// directory (`None`: the kubelet runs without `--config-dir`), every file read once; no
+/// command line ([`read_config_with_flags`]).
 pub fn read_config(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<KubeletFileConfig> {
+    read_config_with_flags(config, config_dir, &ConfigFlags::default())
+}
+
+/// The kubelet's effective configuration: its config file, its drop-in directory, then the
+/// configuration flags of its command line ([`crate::cmdline::parse`]).
+pub fn read_config_with_flags(
+    config: &Path,
+    config_dir: Option<&Path>,
+    flags: &ConfigFlags,
+) -> anyhow::Result<KubeletFileConfig> {
     let files = match config_dir {
         Some(dir) => dropins(dir)?,
         None => Vec::new(),
     };
-    effective_of(config, &files)
+    effective_of(config, &files, flags)
 }
 
 /// The kubelet's effective owned fields ([`read_config`]).
 pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
     Ok(read_config(config, config_dir)?.owned)
+}
+
+/// The owned fields as nodetopo's drop-in writes them for `desired`: defaults written out
+/// and, under the static policy, the reserved set explicit (a count resolved to the CPUs
+/// the kubelet's static policy would reserve on `topology`).
+pub fn dropin_fields(
+    topology: &nodetopo_engine::CpuTopology,
+    desired: &OwnedConfig,
+) -> anyhow::Result<OwnedConfig> {
+    let checked = nodetopo_engine::change::check_config(topology, desired, "desired")?;
+    let mut out = desired.normalized();
+    if let Some(p) = &checked.policy {
+        out.reserved_system_cpus = p.reserved().clone();
+        out.reserved_cpu_count = None;
+    }
+    Ok(out)
+}
+
+/// Stops, naming each flag, where the kubelet's command line sets a field nodetopo's drop-in
+/// would set to another value: the flag wins over every file, so the drop-in could not take
+/// effect (the kubelet would keep running the flag's value while the files say otherwise).
+/// `desired` is what the drop-in writes (the reserved set explicit). A flag that agrees
+/// with `desired` is fine. `--kube-reserved`/`--system-reserved` never conflict: the
+/// drop-in states the reserved set, which the kubelet prefers over their `cpu`.
+pub fn check_flags(flags: &ConfigFlags, desired: &OwnedConfig) -> anyhow::Result<()> {
+    let mut conflicts = Vec::new();
+    let mut scalar = |flag: &str, given: &Option<String>, default: &str, want: &str| {
+        if let Some(v) = given {
+            let v = if v.is_empty() { default } else { v.as_str() };
+            if v != want {
+                conflicts.push(format!("{flag}={v} (the drop-in would set {want})"));
+            }
+        }
+    };
+    scalar(
+        "--cpu-manager-policy",
+        &flags.cpu_manager_policy,
+        "none",
+        desired.cpu_policy(),
+    );
+    scalar(
+        "--topology-manager-policy",
+        &flags.topology_manager_policy,
+        "none",
+        desired.tm_policy(),
+    );
+    scalar(
+        "--topology-manager-scope",
+        &flags.topology_manager_scope,
+        "container",
+        desired.tm_scope(),
+    );
+    let show = |m: &BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for (flag, given, want) in [
+        (
+            "--cpu-manager-policy-options",
+            &flags.cpu_manager_policy_options,
+            &desired.cpu_manager_policy_options,
+        ),
+        (
+            "--topology-manager-policy-options",
+            &flags.topology_manager_policy_options,
+            &desired.topology_manager_policy_options,
+        ),
+    ] {
+        if let Some(v) = given {
+            if v != want {
+                conflicts.push(format!(
+                    "{flag}={} (the drop-in would set {{{}}})",
+                    show(v),
+                    show(want)
+                ));
+            }
+        }
+    }
+    if let Some(v) = &flags.reserved_cpus {
+        let set = CpuSet::parse(v)
+            .map_err(|e| anyhow::anyhow!("the kubelet's command line: --reserved-cpus={v}: {e}"))?;
+        if set != desired.reserved_system_cpus {
+            conflicts.push(format!(
+                "--reserved-cpus={v} (the drop-in would set reservedSystemCPUs \"{}\")",
+                desired.reserved_system_cpus
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        bail!(
+            "the kubelet's command line overrides what nodetopo's drop-in would set, so nothing is planned or changed: {}; flags win over every configuration file, so remove them from the kubelet's command line (or make them agree with the policy)",
+            conflicts.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// The owned fields from the config file and the drop-ins the kubelet applies before
@@ -387,7 +608,7 @@ pub fn read_below_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<Own
                 .is_some_and(|first| first.as_os_str().as_encoded_bytes() < DROPIN_NAME.as_bytes())
         })
         .collect();
-    Ok(effective_of(config, &before)?.owned)
+    Ok(effective_of(config, &before, &ConfigFlags::default())?.owned)
 }
 
 /// The drop-in files under a directory, in the order the kubelet applies them: the files
