@@ -465,10 +465,7 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         Some(p) => Some((kubelet_cmdline::check(p)?, p)),
         None => None,
     };
-    let flags = checked
-        .as_ref()
-        .map(|(c, _)| c.flags())
-        .unwrap_or_default();
+    let flags = checked.as_ref().map(|(c, _)| c.flags()).unwrap_or_default();
     let mut report = plan_and_carry_out(input, recovery, &flags, svc)?;
     if let Some((c, p)) = checked {
         let line = c.describe(p);

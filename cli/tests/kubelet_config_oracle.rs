@@ -331,11 +331,20 @@ const FLAG_FAULTS: [(&str, &[&str]); 10] = [
         &["--feature-gates=CPUManagerPolicyBetaOptions=maybe"],
     ),
     ("a cpu reservation", &["--reserved-memory=0:cpu=1"]),
-    ("a NUMA node that is no number", &["--reserved-memory=x:memory=1Gi"]),
-    ("a zero memory reservation", &["--reserved-memory=0:memory=0"]),
+    (
+        "a NUMA node that is no number",
+        &["--reserved-memory=x:memory=1Gi"],
+    ),
+    (
+        "a zero memory reservation",
+        &["--reserved-memory=0:memory=0"],
+    ),
     (
         "a duplicate memory reservation",
-        &["--reserved-memory=0:memory=1Gi", "--reserved-memory=0:memory=2Gi"],
+        &[
+            "--reserved-memory=0:memory=1Gi",
+            "--reserved-memory=0:memory=2Gi",
+        ],
     ),
     (
         "--reserved-memory after an empty one",
@@ -369,7 +378,12 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
         for _ in 0..1 + r.below(2) {
             let o = *r.pick(&CPU_OPTIONS);
             let v = *r.pick(&["true", "false"]);
-            flag(r, &mut out, "cpu-manager-policy-options", &format!("{o}={v}"));
+            flag(
+                r,
+                &mut out,
+                "cpu-manager-policy-options",
+                &format!("{o}={v}"),
+            );
         }
     }
     if r.chance(25) {
@@ -379,7 +393,13 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
     for name in ["kube-reserved", "system-reserved"] {
         if r.chance(20) {
             for _ in 0..1 + r.below(2) {
-                let v = *r.pick(&["cpu=500m,memory=1Gi", "cpu=1", " memory = 2Gi ", "", "cpu=1500m,,pid=100"]);
+                let v = *r.pick(&[
+                    "cpu=500m,memory=1Gi",
+                    "cpu=1",
+                    " memory = 2Gi ",
+                    "",
+                    "cpu=1500m,,pid=100",
+                ]);
                 flag(r, &mut out, name, v);
             }
         }
@@ -393,7 +413,11 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
         flag(r, &mut out, "topology-manager-scope", v);
     }
     if r.chance(15) {
-        let v = *r.pick(&["prefer-closest-numa-nodes=true", "prefer-closest-numa-nodes=false", ""]);
+        let v = *r.pick(&[
+            "prefer-closest-numa-nodes=true",
+            "prefer-closest-numa-nodes=false",
+            "",
+        ]);
         flag(r, &mut out, "topology-manager-policy-options", v);
     }
     if r.chance(20) {
@@ -401,7 +425,12 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
         flag(r, &mut out, "memory-manager-policy", v);
     }
     if r.chance(20) {
-        let v = *r.pick(&["0:memory=1Gi", "0:memory=1Gi;1:memory=512Mi,hugepages-2Mi=4Mi", "+1:memory=1G", ""]);
+        let v = *r.pick(&[
+            "0:memory=1Gi",
+            "0:memory=1Gi;1:memory=512Mi,hugepages-2Mi=4Mi",
+            "+1:memory=1G",
+            "",
+        ]);
         flag(r, &mut out, "reserved-memory", v);
     }
     if r.chance(25) {
@@ -434,9 +463,15 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
 fn flags_set_owned(flags: &[String]) -> bool {
     flags.iter().any(|f| {
         let f = f.replace('_', "-");
-        ["--cpu-manager", "--reserved-cpus", "--topology-manager", "--kube-reserved", "--system-reserved"]
-            .iter()
-            .any(|p| f.starts_with(p))
+        [
+            "--cpu-manager",
+            "--reserved-cpus",
+            "--topology-manager",
+            "--kube-reserved",
+            "--system-reserved",
+        ]
+        .iter()
+        .any(|p| f.starts_with(p))
     })
 }
 
@@ -604,11 +639,17 @@ fn agree(read: &KubeletFileConfig, owned: &Owned) -> Result<(), String> {
     }
     for (what, ours, theirs) in [
         ("kubeReserved", &read.kube_reserved, &owned.kube_reserved),
-        ("systemReserved", &read.system_reserved, &owned.system_reserved),
+        (
+            "systemReserved",
+            &read.system_reserved,
+            &owned.system_reserved,
+        ),
     ] {
         let theirs = theirs.clone().unwrap_or_default();
         if *ours != theirs {
-            return Err(format!("{what} differs: nodetopo {ours:?}, kubelet {theirs:?}"));
+            return Err(format!(
+                "{what} differs: nodetopo {ours:?}, kubelet {theirs:?}"
+            ));
         }
     }
     let policy = if read.memory_manager_policy.is_empty() {
@@ -629,7 +670,12 @@ fn agree(read: &KubeletFileConfig, owned: &Owned) -> Result<(), String> {
                 limits: m
                     .limits
                     .iter()
-                    .map(|(k, q)| (k.clone(), quantity::parse_units(q).expect("quantity") as i64))
+                    .map(|(k, q)| {
+                        (
+                            k.clone(),
+                            quantity::parse_units(q).expect("quantity") as i64,
+                        )
+                    })
                     .collect(),
             })
             .collect()
@@ -660,9 +706,7 @@ fn ask(bin: &Path, cases: &[Case]) -> Vec<Answer> {
     let mut stdin = child.stdin.take().expect("stdin");
     let lines: Vec<String> = cases
         .iter()
-        .map(|c| {
-            serde_json::json!({ "args": c.args() }).to_string()
-        })
+        .map(|c| serde_json::json!({ "args": c.args() }).to_string())
         .collect();
     let writer = std::thread::spawn(move || {
         for l in lines {
@@ -1126,7 +1170,10 @@ fn flags_over_files_agree_with_the_kubelet() {
                 read += 1;
             }
             (Err(_), false) => refused += 1,
-            (Ok(_), false) => panic!("{what}: the kubelet refuses what nodetopo reads: {}", answer.error),
+            (Ok(_), false) => panic!(
+                "{what}: the kubelet refuses what nodetopo reads: {}",
+                answer.error
+            ),
             (Err(e), true) => panic!("{what}: nodetopo refuses what the kubelet reads: {e:#}"),
         }
         assert_eq!(answer.ok, *want_read, "{what}: {}", answer.error);

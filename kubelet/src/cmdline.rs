@@ -556,7 +556,11 @@ mod tests {
         )
         .unwrap()
         .flags;
-        assert_eq!(f.cpu_manager_policy.as_deref(), Some("none"), "last wins, _ is -");
+        assert_eq!(
+            f.cpu_manager_policy.as_deref(),
+            Some("none"),
+            "last wins, _ is -"
+        );
         assert_eq!(f.reserved_cpus.as_deref(), Some("0-1"));
         let map = |pairs: &[(&str, &str)]| {
             Some(
@@ -589,16 +593,25 @@ mod tests {
         assert_eq!(f.feature_gates.get("A"), Some(&true));
         for (line, want) in [
             ("--reserved-cpus", "--reserved-cpus has no value"),
-            ("--kube-reserved=cpu", "--kube-reserved=cpu: \"cpu\" is not KEY=VALUE"),
+            (
+                "--kube-reserved=cpu",
+                "--kube-reserved=cpu: \"cpu\" is not KEY=VALUE",
+            ),
             (
                 "--cpu-manager-policy-options=",
                 "--cpu-manager-policy-options=: \"\" is not KEY=VALUE",
             ),
             ("--feature-gates=A=true,B", "\"B\" is not GATE=BOOL"),
             ("--reserved-memory=0:cpu=1", "\"cpu\" is not a memory type"),
-            ("--reserved-memory=x:memory=1", "NUMA node \"x\" is not an integer"),
+            (
+                "--reserved-memory=x:memory=1",
+                "NUMA node \"x\" is not an integer",
+            ),
             ("--reserved-memory=0:memory=1;", "\"\" is not NUMA-NODE"),
-            ("--reserved-memory=0:memory=1x", "--reserved-memory=0:memory=1x: memory:"),
+            (
+                "--reserved-memory=0:memory=1x",
+                "--reserved-memory=0:memory=1x: memory:",
+            ),
             (
                 "--reserved-memory= --reserved-memory=0:memory=1",
                 "given again after an empty --reserved-memory",
@@ -609,7 +622,10 @@ mod tests {
         }
         // An empty --reserved-memory leaves the files' reservations.
         assert_eq!(
-            parse(1, &args("--reserved-memory=")).unwrap().flags.reserved_memory,
+            parse(1, &args("--reserved-memory="))
+                .unwrap()
+                .flags
+                .reserved_memory,
             None
         );
     }

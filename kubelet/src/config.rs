@@ -308,7 +308,10 @@ const FLAG_KEYS: [(&str, &str); 10] = [
     ("systemReserved", "--system-reserved"),
     ("topologyManagerPolicy", "--topology-manager-policy"),
     ("topologyManagerScope", "--topology-manager-scope"),
-    ("topologyManagerPolicyOptions", "--topology-manager-policy-options"),
+    (
+        "topologyManagerPolicyOptions",
+        "--topology-manager-policy-options",
+    ),
     ("memoryManagerPolicy", "--memory-manager-policy"),
     ("reservedMemory", "--reserved-memory"),
 ];
@@ -387,7 +390,8 @@ fn effective_of(
     over(&mut topology_manager_policy, &flags.topology_manager_policy);
     over(&mut topology_manager_scope, &flags.topology_manager_scope);
     over(&mut memory_manager_policy, &flags.memory_manager_policy);
-    let over_map = |field: &mut BTreeMap<String, String>, flag: &Option<BTreeMap<String, String>>| {
+    let over_map = |field: &mut BTreeMap<String, String>,
+                    flag: &Option<BTreeMap<String, String>>| {
         if let Some(v) = flag {
             *field = v.clone();
         }
@@ -438,6 +442,7 @@ fn effective_of(
     if let Some(list) = &flags.reserved_memory {
         check_reserved_memory(list)?;
     }
+    check_gate_set(&feature_gates)?;
     Ok(KubeletFileConfig {
         owned: out,
         feature_gates,
@@ -448,13 +453,98 @@ fn effective_of(
     })
 }
 
+/// The part of the kubelet's (v1.37.2) feature-gate table that `AllAlpha`/`AllBeta` reach
+/// with consequences at start-up: (gate, beta?, default).
+const GATE_SPECS: [(&str, bool, bool); 12] = [
+    ("GenericWorkload", true, false),
+    ("TopologyAwareWorkloadScheduling", false, false),
+    ("WorkloadWithJob", false, false),
+    ("PodGroupPreemptionPolicy", false, false),
+    ("CompositePodGroup", false, false),
+    ("DRADeviceCompatibilityGroups", false, false),
+    ("DRAPartitionableDevices", true, true),
+    ("DRAPartitionableDevicesType", false, false),
+    ("StorageVersionAPI", false, false),
+    ("APIServerIdentity", true, true),
+    ("KubeletCrashLoopBackOffMax", true, true),
+    ("KubeletEnsureSecretPulledImages", true, true),
+];
+
+/// Gate dependencies among [`GATE_SPECS`] (component-base refuses an enabled gate whose
+/// dependency is disabled).
+const GATE_DEPENDENCIES: [(&str, &[&str]); 7] = [
+    ("TopologyAwareWorkloadScheduling", &["GenericWorkload"]),
+    ("WorkloadWithJob", &["GenericWorkload"]),
+    ("PodGroupPreemptionPolicy", &["GenericWorkload"]),
+    (
+        "CompositePodGroup",
+        &["GenericWorkload", "TopologyAwareWorkloadScheduling"],
+    ),
+    ("DRADeviceCompatibilityGroups", &["DRAPartitionableDevices"]),
+    ("DRAPartitionableDevicesType", &["DRAPartitionableDevices"]),
+    ("StorageVersionAPI", &["APIServerIdentity"]),
+];
+
+/// Whether the kubelet starts with `gates` (its `featureGates` after the command line), for
+/// the gates [`GATE_SPECS`] lists: component-base resolves each gate (set by name, else
+/// `AllAlpha`/`AllBeta` by its maturity, else its default) and refuses an enabled gate with
+/// a disabled dependency; the kubelet's validation refuses its defaulted configuration
+/// when `KubeletCrashLoopBackOffMax` or `KubeletEnsureSecretPulledImages` is off (so
+/// `AllBeta: false` alone stops it). Other gates are not judged here.
+fn check_gate_set(gates: &BTreeMap<String, bool>) -> anyhow::Result<()> {
+    let enabled = |g: &str| -> bool {
+        if let Some(v) = gates.get(g) {
+            return *v;
+        }
+        let Some((_, beta, default)) = GATE_SPECS.iter().find(|(n, _, _)| *n == g) else {
+            return false;
+        };
+        let all = if *beta { "AllBeta" } else { "AllAlpha" };
+        gates.get(all).copied().unwrap_or(*default)
+    };
+    let mut problems = Vec::new();
+    for (gate, deps) in GATE_DEPENDENCIES {
+        let off: Vec<&str> = deps.iter().copied().filter(|d| !enabled(d)).collect();
+        if enabled(gate) && !off.is_empty() {
+            problems.push(format!(
+                "{gate} is enabled, but depends on {} disabled",
+                off.join(", ")
+            ));
+        }
+    }
+    for gate in [
+        "KubeletCrashLoopBackOffMax",
+        "KubeletEnsureSecretPulledImages",
+    ] {
+        if !enabled(gate) {
+            problems.push(format!(
+                "{gate} is disabled, but the kubelet's defaulted configuration sets a field only it allows"
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "featureGates: the kubelet refuses to start with these gates ({}): {}",
+            gates
+                .iter()
+                .map(|(g, v)| format!("{g}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            problems.join("; ")
+        );
+    }
+    Ok(())
+}
+
 /// The kubelet's validation of `reservedMemory` (`validateReservedMemoryConfiguration`):
 /// no zero quantity, no NUMA node and type given twice.
 fn check_reserved_memory(list: &[MemoryReservation]) -> anyhow::Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for m in list {
         for (name, q) in &m.limits {
-            let zero = quantity::Quantity::parse(q).map(|q| q.is_zero()).unwrap_or(false);
+            let zero = quantity::Quantity::parse(q)
+                .map(|q| q.is_zero())
+                .unwrap_or(false);
             if zero {
                 bail!(
                     "--reserved-memory: the reservation of {name} on NUMA node {} is zero, which the kubelet refuses",
@@ -1038,5 +1128,204 @@ mod tests {
         write(&f, "reservedSystemCPUs: \"0-\"\n");
         let e = read_effective(&f, None).unwrap_err().to_string();
         assert!(e.contains("reservedSystemCPUs"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+    use crate::cmdline;
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn flags(line: &str) -> ConfigFlags {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        cmdline::parse(0, &args).unwrap().flags
+    }
+
+    /// Flags win over the config file and the drop-ins (kubeletConfigFlagPrecedence): a
+    /// string flag replaces the field, a map flag the whole map, gates one by one; a bad
+    /// file value a flag replaces does not matter, a bad flag value is named.
+    #[test]
+    fn flags_override_files_and_dropins() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        std::fs::write(
+            &main,
+            format!("{HEAD}cpuManagerPolicy: static\nreservedSystemCPUs: \"0-\"\nkubeReserved: {{cpu: 500m, memory: 1Gi}}\nfeatureGates: {{CPUManagerPolicyAlphaOptions: true, CPUManagerPolicyBetaOptions: false}}\n"),
+        )
+        .unwrap();
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("50-a.conf"),
+            format!("{HEAD}topologyManagerPolicy: restricted\ncpuManagerPolicyOptions: {{full-pcpus-only: \"true\"}}\n"),
+        )
+        .unwrap();
+        // Without flags the file's reservedSystemCPUs is refused.
+        let e = read_config(&main, Some(&d)).unwrap_err().to_string();
+        assert!(
+            e.contains("reservedSystemCPUs \"0-\"") && e.contains("config.yaml"),
+            "{e}"
+        );
+        let c = read_config_with_flags(
+            &main,
+            Some(&d),
+            &flags("--reserved-cpus=0,32 --topology-manager-policy single-numa-node --cpu-manager-policy-options=align-by-socket=true --kube-reserved=pid=10 --feature-gates=CPUManagerPolicyBetaOptions=true --memory-manager-policy=Static --reserved-memory=0:memory=1Gi"),
+        )
+        .unwrap();
+        assert_eq!(c.owned.reserved_system_cpus.to_string(), "0,32");
+        assert_eq!(c.owned.topology_manager_policy, "single-numa-node");
+        assert_eq!(
+            c.owned
+                .cpu_manager_policy_options
+                .keys()
+                .collect::<Vec<_>>(),
+            ["align-by-socket"],
+            "the drop-in's options replaced, not merged"
+        );
+        assert_eq!(c.kube_reserved.keys().collect::<Vec<_>>(), ["pid"]);
+        assert_eq!(c.feature_gates["CPUManagerPolicyBetaOptions"], true);
+        assert_eq!(
+            c.feature_gates["CPUManagerPolicyAlphaOptions"], true,
+            "kept"
+        );
+        assert_eq!(c.memory_manager_policy, "Static");
+        assert_eq!(c.reserved_memory.as_ref().map(Vec::len), Some(1));
+        // The reserved count follows the flags too.
+        let c = read_config_with_flags(
+            &main,
+            Some(&d),
+            &flags("--reserved-cpus= --system-reserved=cpu=1"),
+        )
+        .unwrap();
+        assert_eq!(c.owned.reserved_cpu_count, Some(2), "ceil(0.5 + 1)");
+        for (line, want) in [
+            (
+                "--reserved-cpus=x",
+                "set by --reserved-cpus on the kubelet's command line",
+            ),
+            (
+                "--reserved-cpus= --kube-reserved=cpu=lots",
+                "kubeReserved.cpu \"lots\" (set by --kube-reserved",
+            ),
+            ("--reserved-cpus=1 --reserved-memory=0:memory=0", "is zero"),
+            (
+                "--reserved-cpus=1 --reserved-memory=0:memory=1 --reserved-memory=0:memory=2",
+                "reserves memory twice",
+            ),
+        ] {
+            let e = read_config_with_flags(&main, Some(&d), &flags(line))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{line}: {want:?} in {e}");
+        }
+    }
+
+    /// AllAlpha/AllBeta as the kubelet v1.37.2 starts with them (checked by the
+    /// configuration oracle's table cases).
+    #[test]
+    fn gate_sets_the_kubelet_refuses() {
+        let g = |pairs: &[(&str, bool)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        for ok in [
+            g(&[]),
+            g(&[("AllAlpha", true), ("AllBeta", true)]),
+            g(&[("AllAlpha", true), ("GenericWorkload", true)]),
+            g(&[("AllBeta", true)]),
+            g(&[("AllAlpha", false)]),
+            g(&[
+                ("AllBeta", false),
+                ("KubeletCrashLoopBackOffMax", true),
+                ("KubeletEnsureSecretPulledImages", true),
+            ]),
+        ] {
+            check_gate_set(&ok).unwrap();
+        }
+        for (bad, want) in [
+            (
+                g(&[("AllAlpha", true)]),
+                "WorkloadWithJob is enabled, but depends on GenericWorkload disabled",
+            ),
+            (
+                g(&[("AllBeta", false)]),
+                "KubeletEnsureSecretPulledImages is disabled",
+            ),
+            (
+                g(&[("KubeletCrashLoopBackOffMax", false)]),
+                "KubeletCrashLoopBackOffMax is disabled",
+            ),
+            (
+                g(&[
+                    ("AllAlpha", true),
+                    ("AllBeta", false),
+                    ("GenericWorkload", true),
+                    ("KubeletCrashLoopBackOffMax", true),
+                    ("KubeletEnsureSecretPulledImages", true),
+                ]),
+                "DRAPartitionableDevicesType is enabled, but depends on DRAPartitionableDevices",
+            ),
+        ] {
+            let e = check_gate_set(&bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{want:?} in {e}");
+        }
+    }
+
+    /// A flag that overrides what the drop-in would set is refused, naming it; one that
+    /// agrees is fine.
+    #[test]
+    fn flags_overriding_the_dropin_are_refused() {
+        let mut want = OwnedConfig {
+            cpu_manager_policy: "static".into(),
+            reserved_system_cpus: CpuSet::parse("0-3").unwrap(),
+            topology_manager_policy: "restricted".into(),
+            ..Default::default()
+        }
+        .normalized();
+        want.cpu_manager_policy_options
+            .insert("full-pcpus-only".into(), "true".into());
+        for fine in [
+            "",
+            "--reserved-cpus=0-3",
+            "--reserved-cpus=0,1,2,3 --cpu-manager-policy=static --topology-manager-scope=container",
+            "--cpu-manager-policy-options=full-pcpus-only=true --kube-reserved=cpu=7",
+        ] {
+            check_flags(&flags(fine), &want).unwrap();
+        }
+        for (line, name) in [
+            ("--reserved-cpus=0-1", "--reserved-cpus=0-1"),
+            ("--reserved-cpus=", "--reserved-cpus="),
+            ("--cpu-manager-policy=none", "--cpu-manager-policy=none"),
+            (
+                "--topology-manager-policy=best-effort",
+                "--topology-manager-policy=best-effort",
+            ),
+            (
+                "--topology-manager-scope=pod",
+                "--topology-manager-scope=pod",
+            ),
+            (
+                "--cpu-manager-policy-options=align-by-socket=true",
+                "--cpu-manager-policy-options=align-by-socket=true",
+            ),
+            (
+                "--topology-manager-policy-options=prefer-closest-numa-nodes=true",
+                "--topology-manager-policy-options",
+            ),
+        ] {
+            let e = check_flags(&flags(line), &want).unwrap_err().to_string();
+            assert!(
+                e.contains(name) && e.contains("nothing is planned or changed"),
+                "{line}: {e}"
+            );
+        }
+        let e = check_flags(&flags("--reserved-cpus=z"), &want)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--reserved-cpus=z"), "{e}");
     }
 }
