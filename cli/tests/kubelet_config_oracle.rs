@@ -453,6 +453,13 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
         let (what, words) = FLAG_FAULTS[r.below(FLAG_FAULTS.len())];
         out.extend(words.iter().map(|w| w.to_string()));
         Some(what)
+    } else if out
+        .iter()
+        .any(|w| w.contains("AllAlpha=true") || w.contains("AllBeta=false"))
+    {
+        // The kubelet v1.37.2 may refuse both (GenericWorkload off under AllAlpha; its
+        // defaulted configuration needs two beta gates AllBeta=false turns off).
+        Some("a gate set the kubelet refuses")
     } else {
         None
     };
@@ -1009,9 +1016,25 @@ fn flags_over_files_agree_with_the_kubelet() {
             true,
         ),
         (
-            "AllAlpha in the config file",
+            "AllAlpha in the config file (the kubelet panics: GenericWorkload is off)",
             "featureGates: {AllAlpha: true}\ncpuManagerPolicy: static\n",
             &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "AllAlpha in the config file, GenericWorkload on by flag",
+            "featureGates: {AllAlpha: true}\ncpuManagerPolicy: static\n",
+            &[],
+            None,
+            &["--feature-gates=GenericWorkload=true"],
+            true,
+        ),
+        (
+            "AllAlpha and AllBeta in a drop-in",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "featureGates: {AllAlpha: true, AllBeta: true}\n")],
             None,
             &[],
             true,
@@ -1022,6 +1045,14 @@ fn flags_over_files_agree_with_the_kubelet() {
             &[("50-a.conf", "featureGates: {AllBeta: false}\n")],
             None,
             &["--feature-gates=CPUManagerPolicyBetaOptions=true"],
+            false,
+        ),
+        (
+            "AllBeta false in a drop-in, the gates its defaults need on by flag",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "featureGates: {AllBeta: false}\n")],
+            None,
+            &["--feature-gates=KubeletCrashLoopBackOffMax=true,KubeletEnsureSecretPulledImages=true"],
             true,
         ),
         (
@@ -1030,6 +1061,14 @@ fn flags_over_files_agree_with_the_kubelet() {
             &[],
             None,
             &["--feature-gates=AllBeta=false"],
+            true,
+        ),
+        (
+            "AllAlpha=false on the command line",
+            "featureGates: {CPUManagerPolicyAlphaOptions: true}\n",
+            &[],
+            None,
+            &["--feature-gates=AllAlpha=false"],
             true,
         ),
         (

@@ -9,7 +9,8 @@
 // gates set, loadConfigFile, mergeKubeletConfigurations, kubeletConfigFlagPrecedence (the
 // three are unexported there, so they are bound by go:linkname rather than copied), the
 // merged feature gates set, then the kubelet's own validation over the result. Each case
-// gets a fresh copy of the feature gates. Input line: {"args": ["--config=...", ...]} (the
+// starts from a fresh copy of the global feature gates; a kubelet panic is a refusal.
+// Input line: {"args": ["--config=...", ...]} (the
 // kubelet's arguments without the program name), or the older {"config": "<path>",
 // "configDir": "<path or empty>"}. Output line: {"ok": true, "owned": {...}} or
 // {"ok": false, "error": "..."}.
@@ -85,7 +86,19 @@ var pristine featuregate.MutableVersionedFeatureGate
 // effective follows the kubelet command's order (cmd/kubelet/app NewKubeletCommand's RunE):
 // the command line, its feature gates, the config file, the drop-ins, the configuration
 // flags again over the result, the merged feature gates, then validation.
-func effective(req request) (*owned, error) {
+func effective(req request) (o *owned, err error) {
+	// The kubelet panics on some configurations (a config file whose featureGates have
+	// AllAlpha=true without GenericWorkload panics in its defaulting): it does not start.
+	defer func() {
+		if r := recover(); r != nil {
+			o, err = nil, fmt.Errorf("the kubelet panics: %v", r)
+		}
+	}()
+	// The kubelet sets its flags' gates into the global gate before loading its files,
+	// whose defaulting reads it: each case starts from a fresh copy of the pristine one.
+	utilfeature.DefaultMutableFeatureGate = pristine.DeepCopy()
+	utilfeature.DefaultFeatureGate = utilfeature.DefaultMutableFeatureGate
+	gates := utilfeature.DefaultMutableFeatureGate
 	args := req.Args
 	if args == nil {
 		args = []string{"--config=" + req.Config, "--config-dir=" + req.ConfigDir}
@@ -109,7 +122,6 @@ func effective(req request) (*owned, error) {
 	if cmds := cleanFlagSet.Args(); len(cmds) > 0 {
 		return nil, fmt.Errorf("unknown command %+s", cmds[0])
 	}
-	gates := pristine.DeepCopy()
 	if err := gates.SetFromMap(kubeletConfig.FeatureGates); err != nil {
 		return nil, fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
 	}
@@ -141,7 +153,7 @@ func effective(req request) (*owned, error) {
 	if err := kubeletconfigvalidation.ValidateKubeletConfiguration(kc, gates); err != nil {
 		return nil, fmt.Errorf("failed to validate kubelet configuration: %w", err)
 	}
-	o := &owned{
+	o = &owned{
 		CPUManagerPolicy:             kc.CPUManagerPolicy,
 		CPUManagerPolicyOptions:      kc.CPUManagerPolicyOptions,
 		ReservedSystemCPUs:           kc.ReservedSystemCPUs,

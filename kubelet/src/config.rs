@@ -188,12 +188,27 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
 }
 
 /// The merged JSON of the owned keys and `featureGates` over the `--config` file and the
-/// drop-ins, and a function naming the last file that set a key.
+/// drop-ins, the `--config` file's own `featureGates`, and a function naming the last file
+/// that set a key.
+#[allow(clippy::type_complexity)]
 fn merge_files<'a>(
     config: &'a Path,
     dropins: &'a [PathBuf],
-) -> anyhow::Result<(serde_json::Value, impl Fn(&str) -> String + 'a)> {
+) -> anyhow::Result<(
+    serde_json::Value,
+    BTreeMap<String, bool>,
+    impl Fn(&str) -> String + 'a,
+)> {
     let mut merged = config_layer(&read(config)?, config)?;
+    let config_gates: BTreeMap<String, bool> = merged
+        .get("featureGates")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_bool().map(|b| (k.clone(), b)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut layers = Vec::new();
     for file in dropins {
         let m = parse_file(&read(file)?, file, Keys::Unique)?;
@@ -209,7 +224,7 @@ fn merge_files<'a>(
             .display()
             .to_string()
     };
-    Ok((merged, last_set))
+    Ok((merged, config_gates, last_set))
 }
 
 /// The kubelet's `featureGates` from its config file and drop-in directory (merged as the
@@ -339,7 +354,7 @@ fn effective_of(
     flags: &ConfigFlags,
 ) -> anyhow::Result<KubeletFileConfig> {
     use serde_json::Value as J;
-    let (merged, last_set) = merge_files(config, dropins)?;
+    let (merged, config_gates, last_set) = merge_files(config, dropins)?;
     let mut feature_gates = gates_of(&merged, &last_set)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
@@ -442,7 +457,9 @@ fn effective_of(
     if let Some(list) = &flags.reserved_memory {
         check_reserved_memory(list)?;
     }
-    check_gate_set(&feature_gates)?;
+    // As the kubelet sets its gates: the command line's alone, then (while the config file
+    // is defaulted) the config file's over them, then the merged ones.
+    check_gate_set(&flags.feature_gates, &config_gates, &feature_gates)?;
     Ok(KubeletFileConfig {
         owned: out,
         feature_gates,
@@ -485,40 +502,92 @@ const GATE_DEPENDENCIES: [(&str, &[&str]); 7] = [
     ("StorageVersionAPI", &["APIServerIdentity"]),
 ];
 
-/// Whether the kubelet starts with `gates` (its `featureGates` after the command line), for
-/// the gates [`GATE_SPECS`] lists: component-base resolves each gate (set by name, else
-/// `AllAlpha`/`AllBeta` by its maturity, else its default) and refuses an enabled gate with
-/// a disabled dependency; the kubelet's validation refuses its defaulted configuration
-/// when `KubeletCrashLoopBackOffMax` or `KubeletEnsureSecretPulledImages` is off (so
-/// `AllBeta: false` alone stops it). Other gates are not judged here.
-fn check_gate_set(gates: &BTreeMap<String, bool>) -> anyhow::Result<()> {
-    let enabled = |g: &str| -> bool {
-        if let Some(v) = gates.get(g) {
-            return *v;
-        }
-        let Some((_, beta, default)) = GATE_SPECS.iter().find(|(n, _, _)| *n == g) else {
-            return false;
-        };
-        let all = if *beta { "AllBeta" } else { "AllAlpha" };
-        gates.get(all).copied().unwrap_or(*default)
-    };
-    let mut problems = Vec::new();
-    for (gate, deps) in GATE_DEPENDENCIES {
-        let off: Vec<&str> = deps.iter().copied().filter(|d| !enabled(d)).collect();
-        if enabled(gate) && !off.is_empty() {
-            problems.push(format!(
-                "{gate} is enabled, but depends on {} disabled",
-                off.join(", ")
-            ));
+/// Feature gates as component-base's gate holds them: every `SetFromMap` sets the gates it
+/// names, and `AllAlpha`/`AllBeta` set the gates of their maturity that are not set yet
+/// (by name or by an earlier `AllAlpha`/`AllBeta`): a later `AllBeta` changes nothing the
+/// first one set. Only the gates of [`GATE_SPECS`] are resolved.
+#[derive(Debug, Clone, Default)]
+struct GateState(BTreeMap<String, bool>);
+
+impl GateState {
+    fn set_from_map(&mut self, m: &BTreeMap<String, bool>) {
+        let before = self.0.clone();
+        for (k, v) in m {
+            if k == "AllAlpha" || k == "AllBeta" {
+                for (gate, beta, _) in GATE_SPECS {
+                    if beta == (k == "AllBeta")
+                        && !before.contains_key(gate)
+                        && !m.contains_key(gate)
+                    {
+                        self.0.insert(gate.to_string(), *v);
+                    }
+                }
+            }
+            self.0.insert(k.clone(), *v);
         }
     }
+
+    fn enabled(&self, g: &str) -> bool {
+        self.0.get(g).copied().unwrap_or_else(|| {
+            GATE_SPECS
+                .iter()
+                .find(|(n, _, _)| *n == g)
+                .is_some_and(|(_, _, default)| *default)
+        })
+    }
+
+    /// The enabled gates with a disabled dependency.
+    fn dependency_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (gate, deps) in GATE_DEPENDENCIES {
+            let off: Vec<&str> = deps.iter().copied().filter(|d| !self.enabled(d)).collect();
+            if self.enabled(gate) && !off.is_empty() {
+                problems.push(format!(
+                    "{gate} is enabled, but depends on {} disabled",
+                    off.join(", ")
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// Whether the kubelet starts with its gates, for the gates [`GATE_SPECS`] lists, set as
+/// the kubelet sets them ([`GateState`]): its command line's (`flags`); then, on a copy,
+/// the config file's (`config_file`) while the file is defaulted; then the merged ones
+/// (`gates`, files then flags) over the command line's. Each time component-base refuses
+/// an enabled gate with a disabled dependency (at defaulting the kubelet panics).
+/// Defaulting sets `crashLoopBackOff` and `imagePullCredentialsVerificationPolicy` only
+/// where `KubeletCrashLoopBackOffMax` and `KubeletEnsureSecretPulledImages` are on then,
+/// and validation refuses them set where the final gates turn the gate off (so `AllBeta:
+/// false` in a drop-in stops the kubelet; in the config file or on the command line it
+/// does not). Values of those two fields written in the files are not read. Other gates
+/// are not judged here.
+fn check_gate_set(
+    flags: &BTreeMap<String, bool>,
+    config_file: &BTreeMap<String, bool>,
+    gates: &BTreeMap<String, bool>,
+) -> anyhow::Result<()> {
+    let mut global = GateState::default();
+    global.set_from_map(flags);
+    let mut problems = global.dependency_problems();
+    let mut at_defaulting = global.clone();
+    at_defaulting.set_from_map(config_file);
+    if problems.is_empty() {
+        problems = at_defaulting.dependency_problems();
+    }
+    global.set_from_map(gates);
+    if problems.is_empty() {
+        problems = global.dependency_problems();
+    }
+    let started = problems.is_empty();
     for gate in [
         "KubeletCrashLoopBackOffMax",
         "KubeletEnsureSecretPulledImages",
     ] {
-        if !enabled(gate) {
+        if started && at_defaulting.enabled(gate) && !global.enabled(gate) {
             problems.push(format!(
-                "{gate} is disabled, but the kubelet's defaulted configuration sets a field only it allows"
+                "{gate} is disabled, but the kubelet's defaulting set a field only it allows"
             ));
         }
     }
@@ -1232,45 +1301,65 @@ mod flag_tests {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect::<BTreeMap<_, _>>()
         };
-        for ok in [
-            g(&[]),
-            g(&[("AllAlpha", true), ("AllBeta", true)]),
-            g(&[("AllAlpha", true), ("GenericWorkload", true)]),
-            g(&[("AllBeta", true)]),
-            g(&[("AllAlpha", false)]),
-            g(&[
-                ("AllBeta", false),
-                ("KubeletCrashLoopBackOffMax", true),
-                ("KubeletEnsureSecretPulledImages", true),
-            ]),
-        ] {
-            check_gate_set(&ok).unwrap();
-        }
-        for (bad, want) in [
+        let none = g(&[]);
+        // (flags, config file, merged)
+        for (f, d, m) in [
+            (g(&[]), g(&[]), g(&[])),
+            (g(&[]), g(&[]), g(&[("AllAlpha", true), ("AllBeta", true)])),
             (
+                g(&[("GenericWorkload", true)]),
+                g(&[("AllAlpha", true), ("GenericWorkload", true)]),
+                g(&[("AllAlpha", true), ("GenericWorkload", true)]),
+            ),
+            (g(&[]), g(&[("AllBeta", false)]), g(&[("AllBeta", false)])),
+            (
+                g(&[("AllBeta", false)]),
+                g(&[("AllBeta", false)]),
+                g(&[("AllBeta", false)]),
+            ),
+            (
+                g(&[]),
+                g(&[]),
+                g(&[
+                    ("AllBeta", false),
+                    ("KubeletCrashLoopBackOffMax", true),
+                    ("KubeletEnsureSecretPulledImages", true),
+                ]),
+            ),
+        ] {
+            check_gate_set(&f, &d, &m).unwrap();
+        }
+        for (f, d, m, want) in [
+            (
+                none.clone(),
+                g(&[("AllAlpha", true)]),
                 g(&[("AllAlpha", true)]),
                 "WorkloadWithJob is enabled, but depends on GenericWorkload disabled",
             ),
             (
+                none.clone(),
+                none.clone(),
                 g(&[("AllBeta", false)]),
                 "KubeletEnsureSecretPulledImages is disabled",
             ),
             (
+                none.clone(),
+                none.clone(),
                 g(&[("KubeletCrashLoopBackOffMax", false)]),
                 "KubeletCrashLoopBackOffMax is disabled",
             ),
             (
+                none.clone(),
+                none.clone(),
                 g(&[
                     ("AllAlpha", true),
-                    ("AllBeta", false),
-                    ("GenericWorkload", true),
-                    ("KubeletCrashLoopBackOffMax", true),
-                    ("KubeletEnsureSecretPulledImages", true),
+                    ("AllBeta", true),
+                    ("DRAPartitionableDevices", false),
                 ]),
                 "DRAPartitionableDevicesType is enabled, but depends on DRAPartitionableDevices",
             ),
         ] {
-            let e = check_gate_set(&bad).unwrap_err().to_string();
+            let e = check_gate_set(&f, &d, &m).unwrap_err().to_string();
             assert!(e.contains(want), "{want:?} in {e}");
         }
     }
