@@ -405,7 +405,7 @@ pub struct ProcessCheck {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Checked {
     /// The kubelet that reads the config file runs with the drop-in directory.
-    Found(KubeletCommandLine),
+    Found(Box<KubeletCommandLine>),
     /// No kubelet process is visible: nothing checked (the message says so).
     NoKubelet,
 }
@@ -506,7 +506,7 @@ pub fn decide(found: Vec<KubeletCommandLine>, check: &ProcessCheck) -> anyhow::R
             k.pid,
             check.host_config_dir.display()
         ),
-        Some(_) => Ok(Checked::Found(k)),
+        Some(_) => Ok(Checked::Found(Box::new(k))),
     }
 }
 
@@ -652,7 +652,7 @@ mod tests {
         );
         assert_eq!(
             decide(vec![kubelet(3, "--config=/other.yaml"), good.clone()], &c).unwrap(),
-            Checked::Found(good)
+            Checked::Found(Box::new(good))
         );
         for (found, want) in [
             (
