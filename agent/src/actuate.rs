@@ -33,7 +33,6 @@
 //! under the new configuration. On failure: restore the backups, restart again, report
 //! `Failed` with the reason.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -489,13 +488,7 @@ fn resolved_desired(
     topology: &nodetopo_engine::CpuTopology,
     desired: &OwnedConfig,
 ) -> anyhow::Result<OwnedConfig> {
-    let checked = check_config(topology, desired, "desired")?;
-    let mut out = desired.normalized();
-    if let Some(p) = &checked.policy {
-        out.reserved_system_cpus = p.reserved().clone();
-        out.reserved_cpu_count = None;
-    }
-    Ok(out)
+    kubelet::dropin_fields(topology, desired)
 }
 
 /// Everything an apply needs.
@@ -546,11 +539,8 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
         Some(p) => Some((kubelet_cmdline::check(p)?, p)),
         None => None,
     };
-    let gates = checked
-        .as_ref()
-        .map(|(c, _)| c.feature_gates())
-        .unwrap_or_default();
-    let mut report = plan_and_carry_out(input, recovery, &gates, svc)?;
+    let flags = checked.as_ref().map(|(c, _)| c.flags()).unwrap_or_default();
+    let mut report = plan_and_carry_out(input, recovery, &flags, svc)?;
     if let Some((c, p)) = checked {
         let line = c.describe(p);
         // Said in the message too (it becomes the Applied condition's), so that a node
@@ -566,12 +556,12 @@ pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Re
 fn plan_and_carry_out(
     input: &ApplyInput<'_>,
     recovery: Recovery,
-    command_line_gates: &BTreeMap<String, bool>,
+    flags: &kubelet_cmdline::ConfigFlags,
     svc: &mut dyn KubeletService,
 ) -> anyhow::Result<ApplyReport> {
     let files = input.files;
     let desired = resolved_desired(input.topology, input.desired)?;
-    let target = target_of_apply(input, command_line_gates, &desired)?;
+    let target = target_of_apply(input, flags, &desired)?;
     let plan = target.plan.clone();
     let first = plan
         .steps
@@ -596,8 +586,9 @@ fn plan_and_carry_out(
     } else {
         "RestartOnly"
     };
-    let mut again = || target_of_apply(input, command_line_gates, &desired);
-    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &desired, svc);
+    let mut again = || target_of_apply(input, flags, &desired);
+    let check =
+        |svc: &mut dyn KubeletService| verify(files, input.topology, &desired, flags, svc);
     match carry_out(files, &target, &mut again, &check, svc) {
         Ok(()) => Ok(report(true, reason, first, recovery, plan)),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
@@ -608,12 +599,16 @@ fn plan_and_carry_out(
 /// the state to write (in the file's own format) and the drop-in.
 fn target_of_apply(
     input: &ApplyInput<'_>,
-    command_line_gates: &BTreeMap<String, bool>,
+    flags: &kubelet_cmdline::ConfigFlags,
     desired: &OwnedConfig,
 ) -> anyhow::Result<replan::Target> {
     let files = input.files;
-    let read = kubelet::read_config(&files.config, Some(&files.config_dir))?;
-    kubelet::check_gates(&read.feature_gates, command_line_gates, input.desired)?;
+    // The kubelet's effective configuration (files, drop-ins, then its command line's
+    // flags): where the plan starts.
+    let read = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)?;
+    kubelet::check_gates(&read.feature_gates, &flags.feature_gates, input.desired)?;
+    // A flag that overrides what the drop-in sets: refused before anything is written.
+    kubelet::check_flags(flags, desired)?;
     let current = read.owned;
     let read = read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
@@ -857,24 +852,27 @@ fn carry_out(
     }
 }
 
-/// The kubelet is healthy, runs the desired owned fields, and its state file is accepted.
+/// The kubelet is healthy, runs the desired owned fields (its effective configuration:
+/// files, drop-ins and command-line flags), and its state file is accepted.
 fn verify(
     files: &KubeletFiles,
     topology: &nodetopo_engine::CpuTopology,
     desired: &OwnedConfig,
+    flags: &kubelet_cmdline::ConfigFlags,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
     svc.healthy()
         .map_err(|e| format!("the restarted kubelet failed its checks: {e}"))?;
-    let effective = kubelet::read_effective(&files.config, Some(&files.config_dir))
-        .map_err(|e| format!("{e:#}"))?;
+    let effective = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)
+        .map_err(|e| format!("{e:#}"))?
+        .owned;
     let mut eff = effective.normalized();
     if eff.reserved_system_cpus.is_empty() {
         eff = resolved_desired(topology, &eff).map_err(|e| format!("{e:#}"))?;
     }
     if &eff != desired {
         return Err(format!(
-            "the kubelet's effective configuration differs from the desired one (a later drop-in in {} overrides {}): {}",
+            "the kubelet's effective configuration differs from the desired one (a later drop-in in {} or a command-line flag overrides {}): {}",
             files.config_dir.display(),
             kubelet::DROPIN_NAME,
             nodetopo_engine::change::config_diff(desired, &eff).join("; ")

@@ -42,9 +42,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub policy: PathBuf,
     /// The kubelet's command line: a copy of `/proc/<kubelet pid>/cmdline` (NUL-separated)
-    /// or the same as text (`ps -o args= -p <pid>`). Its `--feature-gates` override the
-    /// files' in the gate check, and without `--config-dir` the plan is refused (the kubelet
-    /// would ignore nodetopo's drop-in), as `apply` does on a node.
+    /// or the same as text (`ps -o args= -p <pid>`). Its configuration flags
+    /// (`--reserved-cpus`, `--feature-gates`, ...) override the files as the kubelet's do:
+    /// the plan starts from the configuration they give, and a flag that would override
+    /// what nodetopo's drop-in sets is refused, naming it. Without `--config-dir` the plan is
+    /// refused (the kubelet would ignore nodetopo's drop-in), as `apply` does on a node.
     #[arg(long, value_name = "FILE")]
     pub kubelet_command_line: Option<PathBuf>,
     /// Output format.
@@ -94,7 +96,25 @@ pub use nodetopo_kubelet::pods::read_pod_files as read_pods;
 /// Reads every input and plans.
 pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let topology = machine(args.preset.as_deref(), args.sysfs_root.as_deref())?;
-    let read = kubelet::read_config(&args.kubelet_config, args.kubelet_config_dir.as_deref())?;
+    let flags = match &args.kubelet_command_line {
+        Some(path) => {
+            let k = read_command_line(path)?;
+            if let (None, Some(dir)) = (&args.kubelet_config_dir, &k.config_dir) {
+                anyhow::bail!(
+                    "--kubelet-command-line {}: the kubelet reads drop-ins from {dir}; give their copy with --kubelet-config-dir",
+                    path.display()
+                );
+            }
+            k.flags
+        }
+        None => Default::default(),
+    };
+    // The kubelet's effective configuration: files, drop-ins, then its command line.
+    let read = kubelet::read_config_with_flags(
+        &args.kubelet_config,
+        args.kubelet_config_dir.as_deref(),
+        &flags,
+    )?;
     let state: Option<KubeletCpuState> = match &args.state {
         Some(p) => read_state(p)?
             .map(|r| r.engine_state())
@@ -106,20 +126,8 @@ pub fn build(args: &Args) -> anyhow::Result<ChangePlan> {
     let text = nodetopo_engine::files::read_text_bounded(&args.policy, kubelet::MAX_CONFIG_BYTES)
         .map_err(|e| anyhow::anyhow!("--policy {}: the file {e}", args.policy.display()))?;
     let desired = kubelet::desired_from_policy(&text, &args.policy)?;
-    let command_line_gates = match &args.kubelet_command_line {
-        Some(path) => {
-            let k = read_command_line(path)?;
-            if let (None, Some(dir)) = (&args.kubelet_config_dir, &k.config_dir) {
-                anyhow::bail!(
-                    "--kubelet-command-line {}: the kubelet reads drop-ins from {dir}; give their copy with --kubelet-config-dir",
-                    path.display()
-                );
-            }
-            k.feature_gates
-        }
-        None => Default::default(),
-    };
-    kubelet::check_gates(&read.feature_gates, &command_line_gates, &desired)?;
+    kubelet::check_gates(&read.feature_gates, &flags.feature_gates, &desired)?;
+    kubelet::check_flags(&flags, &kubelet::dropin_fields(&topology, &desired)?)?;
     Ok(plan_change(ChangeInput {
         topology: &topology,
         current: &read.owned,

@@ -207,3 +207,84 @@ fn the_kubelets_command_line_counts() {
         refused.len()
     );
 }
+
+/// Configuration flags on the kubelet's command line override its files and drop-ins: a
+/// `--reserved-cpus` that differs from what the policy's drop-in would set is refused
+/// before anything, naming the flag; one that agrees is planned; and the plan starts from
+/// the flags' values (no change when they already give the policy).
+#[test]
+fn command_line_flags_over_the_dropin() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = examples();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "spec:\n  cpuManager: {policy: static, reservedSystemCPUs: \"0,32\"}\n",
+    )
+    .unwrap();
+    let conf_d = dir.path().join("conf.d");
+    std::fs::create_dir_all(&conf_d).unwrap();
+    let base =
+        "kubelet --config=/var/lib/kubelet/config.yaml --config-dir=/etc/kubernetes/kubelet.conf.d";
+    let policy_01 = dir.path().join("policy-01.yaml");
+    std::fs::write(
+        &policy_01,
+        "spec:\n  cpuManager: {policy: static, reservedSystemCPUs: \"0-1\"}\n",
+    )
+    .unwrap();
+    let run_with = |policy: &std::path::Path, extra: &str| {
+        let cmdline = dir.path().join("cmdline.txt");
+        std::fs::write(&cmdline, format!("{base} {extra}\n")).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_nodetopo"))
+            .args([
+                "diff",
+                "--preset",
+                "epyc-7303-2p",
+                "-o",
+                "json",
+                "--kubelet-config",
+            ])
+            .arg(d.join("kubelet-config.yaml"))
+            .arg("--kubelet-config-dir")
+            .arg(&conf_d)
+            .arg("--policy")
+            .arg(policy)
+            .arg("--kubelet-command-line")
+            .arg(&cmdline)
+            .output()
+            .unwrap()
+    };
+    let run = |extra: &str| run_with(&policy, extra);
+    let out = run("--reserved-cpus=0-1");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--reserved-cpus=0-1 (the drop-in would set reservedSystemCPUs \"0,32\")")
+            && err.contains("nothing is planned or changed"),
+        "{err}"
+    );
+    let out = run("--reserved-cpus 0,32 --topology-manager-scope=pod");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--topology-manager-scope=pod"));
+    // Agreeing flags: planned, from the configuration the flags give (the file says
+    // "0,32", the command line "0-1", the policy "0-1": no reserved-set change).
+    let out = run_with(
+        &policy_01,
+        "--reserved-cpus 0-1 --cpu-manager-policy=static --v=2",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changes = plan["configChanges"].to_string();
+    assert!(
+        !changes.contains("reservedSystemCPUs") && !changes.contains("cpuManagerPolicy"),
+        "the flags already give the policy's fields: {changes}"
+    );
+    let out = run("--reserved-cpus=0-");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("set by --reserved-cpus on the kubelet's command line"));
+}

@@ -18,6 +18,17 @@
 //! - where nodetopo's drop-in was written and no later file sets an owned field, the
 //!   kubelet's fields are exactly the wanted ones (options an earlier file set are gone).
 //!
+//!
+//! Each case runs on a kubelet command line (`--config`, `--config-dir` and, in about half
+//! of the random cases, the configuration flags the kubelet re-applies over its files:
+//! `--cpu-manager-policy`, `--cpu-manager-policy-options`, `--reserved-cpus`,
+//! `--kube-reserved`, `--system-reserved`, `--topology-manager-*`,
+//! `--memory-manager-policy`, `--reserved-memory`, `--feature-gates`, in `--f=v`, `--f v`
+//! and `--f_v` spellings, repeated, empty, among unrelated flags, sometimes with a value
+//! the kubelet refuses): nodetopo's effective configuration (files, drop-ins, then flags)
+//! is compared with the kubelet's (`kubeletConfigFlagPrecedence`), as are the table cases
+//! of [`flags_over_files_agree_with_the_kubelet`].
+//!
 //! Skips, saying why, when Go is missing, unless `NODETOPO_REQUIRE_ORACLE=1`.
 
 use std::collections::BTreeMap;
@@ -25,7 +36,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nodetopo_cli::diff::kubelet::{read_below_dropin, read_config, render_dropin, DROPIN_NAME};
+use nodetopo_cli::diff::kubelet::{
+    read_below_dropin, read_config, read_config_with_flags, render_dropin, KubeletFileConfig,
+    DROPIN_NAME,
+};
+use nodetopo_cli::diff::kubelet_cmdline;
 use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::{quantity, CpuSet};
 use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
@@ -254,6 +269,10 @@ fn random_wanted(r: &mut Rng) -> OwnedConfig {
 
 struct Case {
     dir: tempfile::TempDir,
+    /// The kubelet's arguments after `--config` and `--config-dir`.
+    flags: Vec<String>,
+    /// Replaces the `--config-dir` argument (`Some("")`: `--config-dir=`).
+    config_dir_arg: Option<String>,
     fault: Option<&'static str>,
     /// The wanted configuration when nodetopo's drop-in was written, and whether a file
     /// after it sets an owned field.
@@ -267,6 +286,200 @@ impl Case {
     fn config_dir(&self) -> PathBuf {
         self.dir.path().join("conf.d")
     }
+    /// The kubelet's arguments.
+    fn args(&self) -> Vec<String> {
+        let mut out = vec![
+            format!("--config={}", self.config().display()),
+            match &self.config_dir_arg {
+                Some(d) => format!("--config-dir={d}"),
+                None => format!("--config-dir={}", self.config_dir().display()),
+            },
+        ];
+        out.extend(self.flags.iter().cloned());
+        out
+    }
+    /// nodetopo's reading: the command line, then the files and the flags over them.
+    fn read(&self) -> anyhow::Result<KubeletFileConfig> {
+        let k = kubelet_cmdline::parse(0, &self.args()).map_err(|e| anyhow::anyhow!(e))?;
+        let config = k.config.clone().unwrap_or_default();
+        read_config_with_flags(
+            Path::new(&config),
+            k.config_dir.as_deref().map(Path::new),
+            &k.flags,
+        )
+    }
+}
+
+/// One flag in a random spelling: `--name=value`, `--name value` or with `_` for `-`.
+fn flag(r: &mut Rng, out: &mut Vec<String>, name: &str, value: &str) {
+    match r.below(4) {
+        0 => {
+            out.push(format!("--{name}"));
+            out.push(value.to_string());
+        }
+        1 => out.push(format!("--{}={value}", name.replace('-', "_"))),
+        _ => out.push(format!("--{name}={value}")),
+    }
+}
+
+/// Flags the kubelet refuses, with what nodetopo must refuse too.
+const FLAG_FAULTS: [(&str, &[&str]); 10] = [
+    ("a map flag without =", &["--kube-reserved=cpu"]),
+    ("empty policy options", &["--cpu-manager-policy-options="]),
+    (
+        "a gate that is not a boolean",
+        &["--feature-gates=CPUManagerPolicyBetaOptions=maybe"],
+    ),
+    ("a cpu reservation", &["--reserved-memory=0:cpu=1"]),
+    (
+        "a NUMA node that is no number",
+        &["--reserved-memory=x:memory=1Gi"],
+    ),
+    (
+        "a zero memory reservation",
+        &["--reserved-memory=0:memory=0"],
+    ),
+    (
+        "a duplicate memory reservation",
+        &[
+            "--reserved-memory=0:memory=1Gi",
+            "--reserved-memory=0:memory=2Gi",
+        ],
+    ),
+    (
+        "--reserved-memory after an empty one",
+        &["--reserved-memory=", "--reserved-memory=0:memory=1Gi"],
+    ),
+    ("a bad --reserved-cpus", &["--reserved-cpus=0-"]),
+    ("a flag without its value", &["--reserved-cpus"]),
+];
+
+/// Random configuration flags (and unrelated ones), and the fault planted if any.
+fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
+    let mut out = Vec::new();
+    if r.chance(50) {
+        return (out, None);
+    }
+    let unrelated = |r: &mut Rng, out: &mut Vec<String>| match r.below(4) {
+        0 => out.push("--v=2".into()),
+        1 => out.push("--register-node".into()),
+        2 => {
+            out.push("--node-labels".into());
+            out.push("a=b,c=d".into());
+        }
+        _ => out.push("--max-pods=110".into()),
+    };
+    unrelated(r, &mut out);
+    if r.chance(25) {
+        let v = *r.pick(&["static", "none"]);
+        flag(r, &mut out, "cpu-manager-policy", v);
+    }
+    if r.chance(20) {
+        for _ in 0..1 + r.below(2) {
+            let o = *r.pick(&CPU_OPTIONS);
+            let v = *r.pick(&["true", "false"]);
+            flag(
+                r,
+                &mut out,
+                "cpu-manager-policy-options",
+                &format!("{o}={v}"),
+            );
+        }
+    }
+    if r.chance(25) {
+        let v = *r.pick(&["0,32", "0-3", "1", ""]);
+        flag(r, &mut out, "reserved-cpus", v);
+    }
+    for name in ["kube-reserved", "system-reserved"] {
+        if r.chance(20) {
+            for _ in 0..1 + r.below(2) {
+                let v = *r.pick(&[
+                    "cpu=500m,memory=1Gi",
+                    "cpu=1",
+                    " memory = 2Gi ",
+                    "",
+                    "cpu=1500m,,pid=100",
+                ]);
+                flag(r, &mut out, name, v);
+            }
+        }
+    }
+    if r.chance(25) {
+        let v = *r.pick(&["none", "best-effort", "restricted", "single-numa-node"]);
+        flag(r, &mut out, "topology-manager-policy", v);
+    }
+    if r.chance(20) {
+        let v = *r.pick(&["container", "pod"]);
+        flag(r, &mut out, "topology-manager-scope", v);
+    }
+    if r.chance(15) {
+        let v = *r.pick(&[
+            "prefer-closest-numa-nodes=true",
+            "prefer-closest-numa-nodes=false",
+            "",
+        ]);
+        flag(r, &mut out, "topology-manager-policy-options", v);
+    }
+    if r.chance(20) {
+        let v = *r.pick(&["None", "Static"]);
+        flag(r, &mut out, "memory-manager-policy", v);
+    }
+    if r.chance(20) {
+        let v = *r.pick(&[
+            "0:memory=1Gi",
+            "0:memory=1Gi;1:memory=512Mi,hugepages-2Mi=4Mi",
+            "+1:memory=1G",
+            "",
+        ]);
+        flag(r, &mut out, "reserved-memory", v);
+    }
+    if r.chance(25) {
+        for _ in 0..1 + r.below(2) {
+            let v = *r.pick(&[
+                "CPUManagerPolicyAlphaOptions=true",
+                "CPUManagerPolicyBetaOptions=f,TopologyManagerPolicyAlphaOptions=T",
+                "AllBeta=false",
+                "AllAlpha=true,CPUManagerPolicyAlphaOptions=false",
+                " CPUManagerPolicyBetaOptions = 1 ",
+                "",
+            ]);
+            flag(r, &mut out, "feature-gates", v);
+        }
+    }
+    if r.chance(30) {
+        unrelated(r, &mut out);
+    }
+    let fault = if r.chance(10) {
+        let (what, words) = FLAG_FAULTS[r.below(FLAG_FAULTS.len())];
+        out.extend(words.iter().map(|w| w.to_string()));
+        Some(what)
+    } else if out
+        .iter()
+        .any(|w| w.contains("AllAlpha=true") || w.contains("AllBeta=false"))
+    {
+        // The kubelet v1.37.2 may refuse both (GenericWorkload off under AllAlpha; its
+        // defaulted configuration needs two beta gates AllBeta=false turns off).
+        Some("a gate set the kubelet refuses")
+    } else {
+        None
+    };
+    (out, fault)
+}
+
+/// Whether the flags set a field nodetopo's drop-in sets (or the reserved count).
+fn flags_set_owned(flags: &[String]) -> bool {
+    flags.iter().any(|f| {
+        let f = f.replace('_', "-");
+        [
+            "--cpu-manager",
+            "--reserved-cpus",
+            "--topology-manager",
+            "--kube-reserved",
+            "--system-reserved",
+        ]
+        .iter()
+        .any(|p| f.starts_with(p))
+    })
 }
 
 const NAMES: [&str; 10] = [
@@ -327,12 +540,15 @@ fn random_case(r: &mut Rng) -> Case {
     for (name, text) in &files {
         write(&case_dir.join(name), text);
     }
+    let (flags, flag_fault) = random_flags(r);
     let mut case = Case {
         dir,
-        fault,
+        fault: fault.or(flag_fault),
+        flags,
+        config_dir_arg: None,
         ours: None,
     };
-    if fault.is_none() && r.chance(50) {
+    if case.fault.is_none() && r.chance(50) {
         let wanted = random_wanted(r);
         if let Ok(below) = read_below_dropin(&case.config(), &case.config_dir()) {
             write(&case_dir.join(DROPIN_NAME), &render_dropin(&wanted, &below));
@@ -343,7 +559,7 @@ fn random_case(r: &mut Rng) -> Case {
                 top.as_bytes() > DROPIN_NAME.as_bytes()
                     && name.ends_with(".conf")
                     && sets_owned(text)
-            });
+            }) || flags_set_owned(&case.flags);
             case.ours = Some((wanted, later));
         }
     }
@@ -363,6 +579,17 @@ struct Owned {
     kube_reserved_cpu: String,
     system_reserved_cpu: String,
     feature_gates: Option<BTreeMap<String, bool>>,
+    kube_reserved: Option<BTreeMap<String, String>>,
+    system_reserved: Option<BTreeMap<String, String>>,
+    memory_manager_policy: String,
+    reserved_memory: Option<Vec<MemoryReservation>>,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct MemoryReservation {
+    numa_node: i32,
+    limits: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -400,6 +627,75 @@ fn kubelet_owned(o: &Owned) -> OwnedConfig {
     c.normalized()
 }
 
+/// nodetopo's effective configuration against the kubelet's answer: the owned fields,
+/// featureGates, kubeReserved, systemReserved, memoryManagerPolicy and reservedMemory.
+fn agree(read: &KubeletFileConfig, owned: &Owned) -> Result<(), String> {
+    let kubelet = kubelet_owned(owned);
+    if read.owned.normalized() != kubelet {
+        return Err(format!(
+            "owned fields differ: nodetopo {:?}, kubelet {kubelet:?}",
+            read.owned.normalized()
+        ));
+    }
+    let gates = owned.feature_gates.clone().unwrap_or_default();
+    if read.feature_gates != gates {
+        return Err(format!(
+            "featureGates differ: nodetopo {:?}, kubelet {gates:?}",
+            read.feature_gates
+        ));
+    }
+    for (what, ours, theirs) in [
+        ("kubeReserved", &read.kube_reserved, &owned.kube_reserved),
+        (
+            "systemReserved",
+            &read.system_reserved,
+            &owned.system_reserved,
+        ),
+    ] {
+        let theirs = theirs.clone().unwrap_or_default();
+        if *ours != theirs {
+            return Err(format!(
+                "{what} differs: nodetopo {ours:?}, kubelet {theirs:?}"
+            ));
+        }
+    }
+    let policy = if read.memory_manager_policy.is_empty() {
+        "None"
+    } else {
+        &read.memory_manager_policy
+    };
+    if policy != owned.memory_manager_policy {
+        return Err(format!(
+            "memoryManagerPolicy differs: nodetopo {policy:?}, kubelet {:?}",
+            owned.memory_manager_policy
+        ));
+    }
+    let ours: Option<Vec<MemoryReservation>> = read.reserved_memory.as_ref().map(|list| {
+        list.iter()
+            .map(|m| MemoryReservation {
+                numa_node: m.numa_node,
+                limits: m
+                    .limits
+                    .iter()
+                    .map(|(k, q)| {
+                        (
+                            k.clone(),
+                            quantity::parse_units(q).expect("quantity") as i64,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    });
+    if ours != owned.reserved_memory {
+        return Err(format!(
+            "reservedMemory differs: nodetopo {ours:?}, kubelet {:?}",
+            owned.reserved_memory
+        ));
+    }
+    Ok(())
+}
+
 fn oracle_or_skip() -> Option<PathBuf> {
     go_tool_or_skip(
         "e2e/kubelet-config-oracle/build.sh",
@@ -417,13 +713,7 @@ fn ask(bin: &Path, cases: &[Case]) -> Vec<Answer> {
     let mut stdin = child.stdin.take().expect("stdin");
     let lines: Vec<String> = cases
         .iter()
-        .map(|c| {
-            serde_json::json!({
-                "config": c.config(),
-                "configDir": c.config_dir(),
-            })
-            .to_string()
-        })
+        .map(|c| serde_json::json!({ "args": c.args() }).to_string())
         .collect();
     let writer = std::thread::spawn(move || {
         for l in lines {
@@ -464,12 +754,13 @@ fn config_reading_agrees_with_the_kubelet() {
     let answers = ask(&bin, &cases);
     assert_eq!(answers.len(), n, "the oracle answered every case");
     let (mut both_read, mut both_refused, mut ours_exact, mut ours_overridden) = (0, 0, 0, 0);
-    let mut with_gates = 0;
+    let (mut with_gates, mut with_flags) = (0, 0);
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (case, answer)) in cases.iter().zip(&answers).enumerate() {
         let files = || {
             let mut s = format!(
-                "case {i} (seed {seed}):\n--- config.yaml\n{}",
+                "case {i} (seed {seed}): kubelet {}\n--- config.yaml\n{}",
+                case.args().join(" "),
                 std::fs::read_to_string(case.config()).unwrap_or_default()
             );
             if let Ok(list) = nodetopo_cli::diff::kubelet::dropins(&case.config_dir()) {
@@ -483,25 +774,18 @@ fn config_reading_agrees_with_the_kubelet() {
             }
             s
         };
-        let ours = read_config(&case.config(), Some(&case.config_dir()));
+        let ours = case.read();
         match (&ours, answer.ok) {
             (Ok(read), true) => {
-                let ours = &read.owned;
                 let owned = answer.owned.as_ref().expect("owned");
                 let kubelet = kubelet_owned(owned);
-                assert_eq!(
-                    ours.normalized(),
-                    kubelet,
-                    "owned fields differ\n{}",
-                    files()
-                );
+                if let Err(e) = agree(read, owned) {
+                    panic!("{e}\n{}", files());
+                }
+                if !case.flags.is_empty() {
+                    with_flags += 1;
+                }
                 let gates = &read.feature_gates;
-                assert_eq!(
-                    *gates,
-                    owned.feature_gates.clone().unwrap_or_default(),
-                    "featureGates differ\n{}",
-                    files()
-                );
                 if !gates.is_empty() {
                     with_gates += 1;
                 }
@@ -555,10 +839,10 @@ fn config_reading_agrees_with_the_kubelet() {
         }
     }
     println!(
-        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
+        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates, {with_flags} with configuration flags on the command line), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
         ours_exact + ours_overridden
     );
-    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10);
+    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10 && with_flags > n / 10);
 }
 
 /// A case of one `--config` file (`body` after the apiVersion/kind head) and an empty
@@ -569,6 +853,8 @@ fn config_only(body: &str) -> Case {
     write(&dir.path().join("config.yaml"), &format!("{HEAD}{body}"));
     Case {
         dir,
+        flags: Vec::new(),
+        config_dir_arg: None,
         fault: None,
         ours: None,
     }
@@ -643,4 +929,296 @@ fn aliasing_limits_agree_with_the_kubelet() {
         bodies.len()
     );
     assert!(read > 0 && refused > 1);
+}
+
+/// Table cases of flags over files, each read or refused by both as stated, and where read,
+/// read alike ([`agree`]): flags over drop-ins, over file values the kubelet would refuse,
+/// map flags replacing the files' maps, `--feature-gates` gate by gate (also `AllAlpha`,
+/// `AllBeta` and a `null` gate of the config file), `--config-dir=` empty, the value
+/// syntax of every flag type.
+#[test]
+fn flags_over_files_agree_with_the_kubelet() {
+    let Some(bin) = oracle_or_skip() else {
+        return;
+    };
+    // (what, config file body, drop-ins, --config-dir argument, flags, read by both)
+    type Table = (
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        Option<&'static str>,
+        &'static [&'static str],
+        bool,
+    );
+    let table: &[Table] = &[
+        (
+            "--reserved-cpus over a drop-in",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "reservedSystemCPUs: \"0-3\"\n")],
+            None,
+            &["--reserved-cpus=0,32"],
+            true,
+        ),
+        (
+            "a flag over a file value the kubelet would refuse",
+            "reservedSystemCPUs: \"0-\"\n",
+            &[],
+            None,
+            &["--reserved-cpus", "1"],
+            true,
+        ),
+        (
+            "a field of the wrong type in a file, under a flag",
+            "cpuManagerPolicy: 5\n",
+            &[],
+            None,
+            &["--cpu-manager-policy=static"],
+            false,
+        ),
+        (
+            "--kube-reserved replaces the files' whole map",
+            "kubeReserved: {cpu: 500m, memory: 1Gi}\n",
+            &[("50-a.conf", "kubeReserved: {pid: \"100\"}\n")],
+            None,
+            &["--kube-reserved=cpu=2"],
+            true,
+        ),
+        (
+            "--system-reserved= empties the map",
+            "systemReserved: {cpu: \"1\"}\nkubeReserved: {cpu: 500m}\n",
+            &[],
+            None,
+            &["--system-reserved="],
+            true,
+        ),
+        (
+            "--reserved-cpus= empties the reserved set",
+            "cpuManagerPolicy: static\nreservedSystemCPUs: \"0-1\"\nkubeReserved: {cpu: 1500m}\n",
+            &[],
+            None,
+            &["--reserved-cpus="],
+            true,
+        ),
+        (
+            "--feature-gates= keeps the files' gates",
+            "featureGates: {CPUManagerPolicyAlphaOptions: true}\n",
+            &[],
+            None,
+            &["--feature-gates="],
+            true,
+        ),
+        (
+            "a flag gate over a file gate, the others kept",
+            "featureGates: {CPUManagerPolicyAlphaOptions: true, CPUManagerPolicyBetaOptions: false}\n",
+            &[("50-a.conf", "featureGates: {TopologyManagerPolicyAlphaOptions: true}\n")],
+            None,
+            &["--feature-gates=CPUManagerPolicyBetaOptions=true", "--feature-gates", "CPUManagerPolicyAlphaOptions=F"],
+            true,
+        ),
+        (
+            "AllAlpha in the config file (the kubelet panics: GenericWorkload is off)",
+            "featureGates: {AllAlpha: true}\ncpuManagerPolicy: static\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "AllAlpha in the config file, GenericWorkload on by flag",
+            "featureGates: {AllAlpha: true}\ncpuManagerPolicy: static\n",
+            &[],
+            None,
+            &["--feature-gates=GenericWorkload=true"],
+            true,
+        ),
+        (
+            "AllAlpha and AllBeta in a drop-in",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "featureGates: {AllAlpha: true, AllBeta: true}\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "AllBeta false in a drop-in, a beta gate on by flag",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "featureGates: {AllBeta: false}\n")],
+            None,
+            &["--feature-gates=CPUManagerPolicyBetaOptions=true"],
+            false,
+        ),
+        (
+            "AllBeta false in a drop-in, the gates its defaults need on by flag",
+            "cpuManagerPolicy: static\n",
+            &[("50-a.conf", "featureGates: {AllBeta: false}\n")],
+            None,
+            &["--feature-gates=KubeletCrashLoopBackOffMax=true,KubeletEnsureSecretPulledImages=true"],
+            true,
+        ),
+        (
+            "AllBeta=false on the command line over AllBeta true in a file",
+            "featureGates: {AllBeta: true}\n",
+            &[],
+            None,
+            &["--feature-gates=AllBeta=false"],
+            true,
+        ),
+        (
+            "AllAlpha=false on the command line",
+            "featureGates: {CPUManagerPolicyAlphaOptions: true}\n",
+            &[],
+            None,
+            &["--feature-gates=AllAlpha=false"],
+            true,
+        ),
+        (
+            "a null gate in the config file",
+            "featureGates: {CPUManagerPolicyBetaOptions: null, CPUManagerPolicyAlphaOptions: ~}\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a null gate in the config file, turned on by flag",
+            "featureGates: {CPUManagerPolicyBetaOptions: null}\n",
+            &[],
+            None,
+            &["--feature-gates=CPUManagerPolicyBetaOptions=true"],
+            true,
+        ),
+        (
+            "--config-dir= empty: the drop-ins are not read",
+            "topologyManagerPolicy: best-effort\n",
+            &[("50-a.conf", "topologyManagerPolicy: restricted\n")],
+            Some(""),
+            &["--topology-manager-scope=pod"],
+            true,
+        ),
+        (
+            "--config-dir= after a directory: the last one wins",
+            "topologyManagerPolicy: best-effort\n",
+            &[("50-a.conf", "topologyManagerPolicy: restricted\n")],
+            None,
+            &["--config-dir="],
+            true,
+        ),
+        (
+            "--cpu-manager-policy-options is not split at commas",
+            "cpuManagerPolicy: static\ncpuManagerPolicyOptions: {align-by-socket: \"true\"}\n",
+            &[],
+            None,
+            &["--cpu-manager-policy-options=full-pcpus-only=true", "--cpu-manager-policy-options", " strict-cpu-reservation = true "],
+            true,
+        ),
+        (
+            "--topology-manager-policy-options is split at commas",
+            "",
+            &[],
+            None,
+            &["--topology-manager-policy-options=prefer-closest-numa-nodes=true,,max-allowable-numa-nodes=8"],
+            true,
+        ),
+        (
+            "underscores, --flag value",
+            "",
+            &[("50-a.conf", "topologyManagerPolicy: restricted\ntopologyManagerScope: pod\n")],
+            None,
+            &["--topology_manager_policy", "single-numa-node", "--topology_manager_scope=container", "--cpu_manager_policy", "static"],
+            true,
+        ),
+        (
+            "memory manager flags",
+            "memoryManagerPolicy: None\n",
+            &[],
+            None,
+            &["--memory-manager-policy=Static", "--reserved-memory", "0:memory=1Gi", "--reserved-memory=1:memory=1Gi,hugepages-1Gi=2Gi;2:memory=100M"],
+            true,
+        ),
+        (
+            "an empty --reserved-memory alone",
+            "",
+            &[],
+            None,
+            &["--reserved-memory="],
+            true,
+        ),
+        (
+            "a NUMA node converted to 32 bits",
+            "",
+            &[],
+            None,
+            &["--reserved-memory=4294967297:memory=1Gi"],
+            true,
+        ),
+        (
+            "a duplicate reservation after the wrap",
+            "",
+            &[],
+            None,
+            &["--reserved-memory=1:memory=1Gi", "--reserved-memory=4294967297:memory=1Gi"],
+            false,
+        ),
+        (
+            "the next word is the value, whatever it looks like",
+            "",
+            &[],
+            None,
+            &["--reserved-cpus", "--v=2"],
+            false,
+        ),
+        (
+            "a gate that is not a boolean",
+            "",
+            &[],
+            None,
+            &["--feature-gates=CPUManagerPolicyBetaOptions=yes"],
+            false,
+        ),
+        (
+            "a map flag without =",
+            "",
+            &[],
+            None,
+            &["--system-reserved=cpu=1,memory"],
+            false,
+        ),
+    ];
+    let cases: Vec<Case> = table
+        .iter()
+        .map(|(_, body, dropins, dir_arg, flags, _)| {
+            let mut c = config_only(body);
+            for (name, text) in dropins.iter() {
+                write(&c.config_dir().join(name), &format!("{HEAD}{text}"));
+            }
+            c.config_dir_arg = dir_arg.map(String::from);
+            c.flags = flags.iter().map(|f| f.to_string()).collect();
+            c
+        })
+        .collect();
+    let answers = ask(&bin, &cases);
+    assert_eq!(answers.len(), cases.len());
+    let (mut read, mut refused) = (0, 0);
+    for ((case, answer), (what, _, _, _, _, want_read)) in cases.iter().zip(&answers).zip(table) {
+        let ours = case.read();
+        match (&ours, answer.ok) {
+            (Ok(ours), true) => {
+                if let Err(e) = agree(ours, answer.owned.as_ref().expect("owned")) {
+                    panic!("{what}: {e}");
+                }
+                read += 1;
+            }
+            (Err(_), false) => refused += 1,
+            (Ok(_), false) => panic!(
+                "{what}: the kubelet refuses what nodetopo reads: {}",
+                answer.error
+            ),
+            (Err(e), true) => panic!("{what}: nodetopo refuses what the kubelet reads: {e:#}"),
+        }
+        assert_eq!(answer.ok, *want_read, "{what}: {}", answer.error);
+    }
+    println!(
+        "flags over files: {} table cases, {read} read alike, {refused} refused by both",
+        table.len()
+    );
 }

@@ -1,12 +1,19 @@
-// Test oracle: the kubelet's own configuration loading (its --config file and the KEP-3983
-// drop-in directory --config-dir), answering "what are the effective owned fields?" for
-// JSON cases on stdin, one per line. Tests only, never shipped.
+// Test oracle: the kubelet's own configuration loading (its command line, its --config file,
+// the KEP-3983 drop-in directory --config-dir, then the command line's configuration flags
+// over both), answering "what are the effective owned fields?" for JSON cases on stdin, one
+// per line. Tests only, never shipped.
 //
 // It runs the kubelet's own functions from k8s.io/kubernetes/cmd/kubelet/app (pinned in
-// go.mod): loadConfigFile and mergeKubeletConfigurations are unexported there, so they are
-// bound by go:linkname rather than copied, then the kubelet's own validation runs over the
-// result. Input line: {"config": "<path>", "configDir": "<path or empty>"}. Output line:
-// {"ok": true, "owned": {...}} or {"ok": false, "error": "..."}.
+// go.mod) in the order of the kubelet command's Run: the command line parsed into the
+// kubelet's flag set (built by the kubelet's own AddFlags functions), the flags' feature
+// gates set, loadConfigFile, mergeKubeletConfigurations, kubeletConfigFlagPrecedence (the
+// three are unexported there, so they are bound by go:linkname rather than copied), the
+// merged feature gates set, then the kubelet's own validation over the result. Each case
+// starts from a fresh copy of the global feature gates; a kubelet panic is a refusal.
+// Input line: {"args": ["--config=...", ...]} (the
+// kubelet's arguments without the program name), or the older {"config": "<path>",
+// "configDir": "<path or empty>"}. Output line: {"ok": true, "owned": {...}} or
+// {"ok": false, "error": "..."}.
 package main
 
 import (
@@ -14,13 +21,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	_ "unsafe" // go:linkname
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 	_ "k8s.io/kubernetes/cmd/kubelet/app" // links the functions bound below
+	"k8s.io/kubernetes/cmd/kubelet/app/options"
 	kubeletconfiginternal "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	kubeletconfigvalidation "k8s.io/kubernetes/pkg/kubelet/apis/config/validation"
 )
@@ -31,22 +43,35 @@ func loadConfigFile(ctx context.Context, name string) (*kubeletconfiginternal.Ku
 //go:linkname mergeKubeletConfigurations k8s.io/kubernetes/cmd/kubelet/app.mergeKubeletConfigurations
 func mergeKubeletConfigurations(kc *kubeletconfiginternal.KubeletConfiguration, dir string) ([]string, error)
 
+//go:linkname kubeletConfigFlagPrecedence k8s.io/kubernetes/cmd/kubelet/app.kubeletConfigFlagPrecedence
+func kubeletConfigFlagPrecedence(kc *kubeletconfiginternal.KubeletConfiguration, args []string) error
+
 type request struct {
-	Config    string `json:"config"`
-	ConfigDir string `json:"configDir"`
+	Args      []string `json:"args"`
+	Config    string   `json:"config"`
+	ConfigDir string   `json:"configDir"`
+}
+
+type memoryReservation struct {
+	NumaNode int32            `json:"numaNode"`
+	Limits   map[string]int64 `json:"limits"` // bytes (Quantity.Value)
 }
 
 type owned struct {
-	CPUManagerPolicy             string            `json:"cpuManagerPolicy"`
-	CPUManagerPolicyOptions      map[string]string `json:"cpuManagerPolicyOptions"`
-	ReservedSystemCPUs           string            `json:"reservedSystemCPUs"`
-	TopologyManagerPolicy        string            `json:"topologyManagerPolicy"`
-	TopologyManagerScope         string            `json:"topologyManagerScope"`
-	TopologyManagerPolicyOptions map[string]string `json:"topologyManagerPolicyOptions"`
-	KubeReservedCPU              string            `json:"kubeReservedCpu"`
-	SystemReservedCPU            string            `json:"systemReservedCpu"`
-	FeatureGates                 map[string]bool   `json:"featureGates"`
-	SkippedFiles                 []string          `json:"skippedFiles"`
+	CPUManagerPolicy             string              `json:"cpuManagerPolicy"`
+	CPUManagerPolicyOptions      map[string]string   `json:"cpuManagerPolicyOptions"`
+	ReservedSystemCPUs           string              `json:"reservedSystemCPUs"`
+	TopologyManagerPolicy        string              `json:"topologyManagerPolicy"`
+	TopologyManagerScope         string              `json:"topologyManagerScope"`
+	TopologyManagerPolicyOptions map[string]string   `json:"topologyManagerPolicyOptions"`
+	KubeReservedCPU              string              `json:"kubeReservedCpu"`
+	SystemReservedCPU            string              `json:"systemReservedCpu"`
+	FeatureGates                 map[string]bool     `json:"featureGates"`
+	SkippedFiles                 []string            `json:"skippedFiles"`
+	KubeReserved                 map[string]string   `json:"kubeReserved"`
+	SystemReserved               map[string]string   `json:"systemReserved"`
+	MemoryManagerPolicy          string              `json:"memoryManagerPolicy"`
+	ReservedMemory               []memoryReservation `json:"reservedMemory"`
 }
 
 type response struct {
@@ -55,30 +80,80 @@ type response struct {
 	Error string `json:"error,omitempty"`
 }
 
-// effective follows the kubelet command's order: the config file, then the drop-ins, then
-// validation of the result.
-func effective(req request) (*owned, error) {
-	kc, err := loadConfigFile(context.Background(), req.Config)
+// pristine is the feature gates as the kubelet starts with them; each case sets a copy.
+var pristine featuregate.MutableVersionedFeatureGate
+
+// effective follows the kubelet command's order (cmd/kubelet/app NewKubeletCommand's RunE):
+// the command line, its feature gates, the config file, the drop-ins, the configuration
+// flags again over the result, the merged feature gates, then validation.
+func effective(req request) (o *owned, err error) {
+	// The kubelet panics on some configurations (a config file whose featureGates have
+	// AllAlpha=true without GenericWorkload panics in its defaulting): it does not start.
+	defer func() {
+		if r := recover(); r != nil {
+			o, err = nil, fmt.Errorf("the kubelet panics: %v", r)
+		}
+	}()
+	// The kubelet sets its flags' gates into the global gate before loading its files,
+	// whose defaulting reads it: each case starts from a fresh copy of the pristine one.
+	utilfeature.DefaultMutableFeatureGate = pristine.DeepCopy()
+	utilfeature.DefaultFeatureGate = utilfeature.DefaultMutableFeatureGate
+	gates := utilfeature.DefaultMutableFeatureGate
+	args := req.Args
+	if args == nil {
+		args = []string{"--config=" + req.Config, "--config-dir=" + req.ConfigDir}
+	}
+	// The kubelet's flag set, as NewKubeletCommand builds it.
+	cleanFlagSet := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
+	cleanFlagSet.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	cleanFlagSet.SetOutput(io.Discard)
+	kubeletFlags := options.NewKubeletFlags()
+	kubeletConfig, err := options.NewKubeletConfiguration()
 	if err != nil {
-		return nil, fmt.Errorf("failed to load kubelet config file, path: %s, error: %w", req.Config, err)
+		return nil, err
+	}
+	kubeletFlags.AddFlags(cleanFlagSet)
+	options.AddKubeletConfigFlags(cleanFlagSet, kubeletConfig)
+	options.AddGlobalFlags(cleanFlagSet)
+	cleanFlagSet.BoolP("help", "h", false, "help for kubelet")
+	if err := cleanFlagSet.Parse(args); err != nil {
+		return nil, fmt.Errorf("failed to parse kubelet flag: %w", err)
+	}
+	if cmds := cleanFlagSet.Args(); len(cmds) > 0 {
+		return nil, fmt.Errorf("unknown command %+s", cmds[0])
+	}
+	if err := gates.SetFromMap(kubeletConfig.FeatureGates); err != nil {
+		return nil, fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
+	}
+	if len(kubeletFlags.KubeletConfigFile) > 0 {
+		kubeletConfig, err = loadConfigFile(context.Background(), kubeletFlags.KubeletConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("failed to load kubelet config file, path: %s, error: %w", kubeletFlags.KubeletConfigFile, err)
+		}
 	}
 	var skipped []string
-	if req.ConfigDir != "" {
-		skipped, err = mergeKubeletConfigurations(kc, req.ConfigDir)
+	if len(kubeletFlags.KubeletDropinConfigDirectory) > 0 {
+		skipped, err = mergeKubeletConfigurations(kubeletConfig, kubeletFlags.KubeletDropinConfigDirectory)
 		if err != nil {
 			return nil, fmt.Errorf("failed to merge kubelet configs: %w", err)
 		}
 	}
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(kc.FeatureGates); err != nil {
-		return nil, err
+	if len(kubeletFlags.KubeletConfigFile) > 0 || len(kubeletFlags.KubeletDropinConfigDirectory) > 0 {
+		if err := kubeletConfigFlagPrecedence(kubeletConfig, args); err != nil {
+			return nil, fmt.Errorf("failed to precedence kubeletConfigFlag: %w", err)
+		}
+		if err := gates.SetFromMap(kubeletConfig.FeatureGates); err != nil {
+			return nil, fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
+		}
 	}
+	kc := kubeletConfig
 	// The one host-dependent check (this host's cgroup version) is left out: the cases
 	// describe a node, not the machine the oracle runs on.
 	kc.FailCgroupV1 = false
-	if err := kubeletconfigvalidation.ValidateKubeletConfiguration(kc, utilfeature.DefaultFeatureGate); err != nil {
+	if err := kubeletconfigvalidation.ValidateKubeletConfiguration(kc, gates); err != nil {
 		return nil, fmt.Errorf("failed to validate kubelet configuration: %w", err)
 	}
-	o := &owned{
+	o = &owned{
 		CPUManagerPolicy:             kc.CPUManagerPolicy,
 		CPUManagerPolicyOptions:      kc.CPUManagerPolicyOptions,
 		ReservedSystemCPUs:           kc.ReservedSystemCPUs,
@@ -87,12 +162,22 @@ func effective(req request) (*owned, error) {
 		TopologyManagerPolicyOptions: kc.TopologyManagerPolicyOptions,
 		FeatureGates:                 kc.FeatureGates,
 		SkippedFiles:                 skipped,
+		KubeReserved:                 kc.KubeReserved,
+		SystemReserved:               kc.SystemReserved,
+		MemoryManagerPolicy:          kc.MemoryManagerPolicy,
 	}
 	if q, ok := kc.KubeReserved["cpu"]; ok {
 		o.KubeReservedCPU = q
 	}
 	if q, ok := kc.SystemReserved["cpu"]; ok {
 		o.SystemReservedCPU = q
+	}
+	for _, r := range kc.ReservedMemory {
+		m := memoryReservation{NumaNode: r.NumaNode, Limits: map[string]int64{}}
+		for name, q := range r.Limits {
+			m.Limits[string(name)] = q.Value()
+		}
+		o.ReservedMemory = append(o.ReservedMemory, m)
 	}
 	return o, nil
 }
@@ -101,6 +186,7 @@ func main() {
 	// The kubelet's loading logs as it goes ("Using lenient decoding as strict decoding
 	// failed"); the answers carry every error, so the log is dropped.
 	klog.SetLogger(logr.Discard())
+	pristine = utilfeature.DefaultMutableFeatureGate.DeepCopy()
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<24)
 	out := json.NewEncoder(os.Stdout)

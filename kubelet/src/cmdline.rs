@@ -1,17 +1,113 @@
 //! The running kubelet's command line, read from `/proc` (the host's, mounted read-only in
 //! the agent's pod): which `--config` and `--config-dir` it was started with, and the
-//! feature gates given by `--feature-gates`, which override those of its files
-//! (cmd/kubelet/app `kubeletConfigFlagPrecedence`).
+//! configuration flags that override its files and drop-ins (cmd/kubelet/app
+//! `kubeletConfigFlagPrecedence`: after loading the files, the kubelet parses its command
+//! line again into the loaded configuration, so every configuration flag given wins).
 //!
 //! Without this, a kubelet started without `--config-dir`, or with another directory, would
-//! ignore nodetopo's drop-in while every file nodetopo reads says the change was made, and
-//! a gate turned off on the command line would only show when the kubelet refused to start.
+//! ignore nodetopo's drop-in while every file nodetopo reads says the change was made; a
+//! gate turned off on the command line would only show when the kubelet refused to start;
+//! and a `--reserved-cpus` on the command line would silently override the drop-in.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The most bytes of one `/proc/PID/cmdline` read.
 const MAX_CMDLINE_BYTES: u64 = 1 << 20;
+
+/// One NUMA node's `--reserved-memory` entry (`<node>:<type>=<quantity>[,...]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryReservation {
+    /// The NUMA node, converted to 32 bits as the kubelet does (`int32(strconv.Atoi(..))`).
+    pub numa_node: i32,
+    /// `memory` or `hugepages-<size>` to the quantity as written.
+    pub limits: BTreeMap<String, String>,
+}
+
+/// The configuration flags the kubelet re-applies over its files (`None`: not on the
+/// command line). Each is what the kubelet's flag type leaves after every occurrence:
+/// a string flag keeps the last value; a map flag (`--kube-reserved`, ...) replaces the
+/// files' whole map at its first occurrence and adds the pairs of later ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigFlags {
+    /// `--cpu-manager-policy`.
+    pub cpu_manager_policy: Option<String>,
+    /// `--cpu-manager-policy-options` (one `key=value` per occurrence: the kubelet does not
+    /// split this flag's value at commas).
+    pub cpu_manager_policy_options: Option<BTreeMap<String, String>>,
+    /// `--reserved-cpus`.
+    pub reserved_cpus: Option<String>,
+    /// `--kube-reserved`.
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    /// `--system-reserved`.
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    /// `--topology-manager-policy`.
+    pub topology_manager_policy: Option<String>,
+    /// `--topology-manager-scope`.
+    pub topology_manager_scope: Option<String>,
+    /// `--topology-manager-policy-options`.
+    pub topology_manager_policy_options: Option<BTreeMap<String, String>>,
+    /// `--memory-manager-policy`.
+    pub memory_manager_policy: Option<String>,
+    /// `--reserved-memory`, occurrences appended in order.
+    pub reserved_memory: Option<Vec<MemoryReservation>>,
+    /// `--feature-gates`, every occurrence merged in order; they override the files' gates
+    /// one by one (the files' other gates stay).
+    pub feature_gates: BTreeMap<String, bool>,
+}
+
+impl ConfigFlags {
+    /// The flags given, as `--name=value` words (for messages).
+    pub fn describe(&self) -> Vec<String> {
+        let map = |m: &BTreeMap<String, String>| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut out = Vec::new();
+        let mut s = |name: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                out.push(format!("--{name}={v}"));
+            }
+        };
+        s("cpu-manager-policy", &self.cpu_manager_policy);
+        s(
+            "cpu-manager-policy-options",
+            &self.cpu_manager_policy_options.as_ref().map(map),
+        );
+        s("reserved-cpus", &self.reserved_cpus);
+        s("kube-reserved", &self.kube_reserved.as_ref().map(map));
+        s("system-reserved", &self.system_reserved.as_ref().map(map));
+        s("topology-manager-policy", &self.topology_manager_policy);
+        s("topology-manager-scope", &self.topology_manager_scope);
+        s(
+            "topology-manager-policy-options",
+            &self.topology_manager_policy_options.as_ref().map(map),
+        );
+        s("memory-manager-policy", &self.memory_manager_policy);
+        s(
+            "reserved-memory",
+            &self.reserved_memory.as_ref().map(|r| {
+                r.iter()
+                    .map(|m| format!("{}:{}", m.numa_node, map(&m.limits)))
+                    .collect::<Vec<_>>()
+                    .join(";")
+            }),
+        );
+        if !self.feature_gates.is_empty() {
+            out.push(format!(
+                "--feature-gates={}",
+                self.feature_gates
+                    .iter()
+                    .map(|(g, v)| format!("{g}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        out
+    }
+}
 
 /// What nodetopo needs from a kubelet's command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,8 +118,8 @@ pub struct KubeletCommandLine {
     pub config: Option<String>,
     /// `--config-dir`.
     pub config_dir: Option<String>,
-    /// `--feature-gates`, every occurrence merged in order.
-    pub feature_gates: BTreeMap<String, bool>,
+    /// The configuration flags, which override the files.
+    pub flags: ConfigFlags,
 }
 
 /// Go's `strconv.ParseBool`.
@@ -49,15 +145,121 @@ pub fn words(bytes: &[u8]) -> Vec<String> {
     }
 }
 
+/// Go's `strings.TrimSpace` (Unicode white space).
+fn trim(s: &str) -> &str {
+    s.trim_matches(char::is_whitespace)
+}
+
+/// component-base's `MapStringString.Set`: the first occurrence replaces the files' map;
+/// pairs are split at commas unless `no_split`; empty pieces are skipped; key and value
+/// are trimmed.
+fn set_map(
+    target: &mut Option<BTreeMap<String, String>>,
+    value: &str,
+    no_split: bool,
+) -> Result<(), String> {
+    let map = target.get_or_insert_with(BTreeMap::new);
+    let pieces: Vec<&str> = if no_split {
+        vec![value]
+    } else {
+        value.split(',').filter(|p| !p.is_empty()).collect()
+    };
+    for piece in pieces {
+        let Some((k, v)) = piece.split_once('=') else {
+            return Err(format!("{piece:?} is not KEY=VALUE"));
+        };
+        map.insert(trim(k).to_string(), trim(v).to_string());
+    }
+    Ok(())
+}
+
+/// component-base's `MapStringBool.Set` into `gates` (merged over earlier occurrences).
+fn set_gates(gates: &mut BTreeMap<String, bool>, value: &str) -> Result<(), String> {
+    for piece in value.split(',').filter(|p| !p.is_empty()) {
+        let Some((gate, v)) = piece.split_once('=') else {
+            return Err(format!("{piece:?} is not GATE=BOOL"));
+        };
+        let (gate, v) = (trim(gate), trim(v));
+        let Some(b) = go_bool(v) else {
+            return Err(format!("{piece:?}: {v:?} is not a boolean"));
+        };
+        gates.insert(gate.to_string(), b);
+    }
+    Ok(())
+}
+
+/// Go's `strconv.Atoi` then `int32(...)`, as the kubelet reads a NUMA node of
+/// `--reserved-memory`.
+fn go_atoi_i32(s: &str) -> Option<i32> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<i64>().ok().map(|v| v as i32)
+}
+
+/// The kubelet's `ReservedMemoryVar.Set`. Its quirk kept: an empty value does not clear
+/// the reservations but detaches the flag, so the files' `reservedMemory` stays and a later
+/// `--reserved-memory` is an error.
+fn set_reserved_memory(
+    target: &mut Option<Vec<MemoryReservation>>,
+    detached: &mut bool,
+    value: &str,
+) -> Result<(), String> {
+    if *detached {
+        return Err(
+            "given again after an empty --reserved-memory, which the kubelet refuses (no target)"
+                .into(),
+        );
+    }
+    if value.is_empty() {
+        *detached = true;
+        return Ok(());
+    }
+    let list = target.get_or_insert_with(Vec::new);
+    for reservation in value.split(';') {
+        let parts: Vec<&str> = reservation.split(':').collect();
+        let [node, limits] = parts[..] else {
+            return Err(format!(
+                "{reservation:?} is not NUMA-NODE:TYPE=QUANTITY[,TYPE=QUANTITY...]"
+            ));
+        };
+        let Some(numa_node) = go_atoi_i32(node) else {
+            return Err(format!("NUMA node {node:?} is not an integer"));
+        };
+        let mut m = MemoryReservation {
+            numa_node,
+            limits: BTreeMap::new(),
+        };
+        for limit in limits.split(',') {
+            let parts: Vec<&str> = limit.split('=').collect();
+            let [name, q] = parts[..] else {
+                return Err(format!("{limit:?} is not TYPE=QUANTITY"));
+            };
+            if name != "memory" && !name.starts_with("hugepages-") {
+                return Err(format!(
+                    "{name:?} is not a memory type (memory or hugepages-<size>)"
+                ));
+            }
+            nodetopo_engine::quantity::Quantity::parse(q).map_err(|e| format!("{name}: {e}"))?;
+            m.limits.insert(name.to_string(), q.to_string());
+        }
+        list.push(m);
+    }
+    Ok(())
+}
+
 /// Parses a kubelet's arguments (without the program name) as its flag library (pflag)
-/// does for the three flags read: `--name=value` or `--name value`, up to a lone `--`.
-/// Other flags are skipped; a value of theirs that is not itself a flag is never taken
-/// for one.
+/// does for the flags read: `--name=value` or `--name value` (the next word, whatever it
+/// is), `_` in a name read as `-`, up to a lone `--`. Other flags are skipped; a value of
+/// theirs that is not itself a flag is never taken for one. A bad value is an error naming
+/// the flag, as the kubelet refuses to start on it.
 pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
     let mut out = KubeletCommandLine {
         pid,
         ..Default::default()
     };
+    let mut memory_detached = false;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -69,10 +271,25 @@ pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
             continue;
         };
         let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (flag, None),
+            Some((n, v)) => (n.replace('_', "-"), Some(v.to_string())),
+            None => (flag.replace('_', "-"), None),
         };
-        if !matches!(name, "config" | "config-dir" | "feature-gates") {
+        const READ: [&str; 13] = [
+            "config",
+            "config-dir",
+            "feature-gates",
+            "cpu-manager-policy",
+            "cpu-manager-policy-options",
+            "reserved-cpus",
+            "kube-reserved",
+            "system-reserved",
+            "topology-manager-policy",
+            "topology-manager-scope",
+            "topology-manager-policy-options",
+            "memory-manager-policy",
+            "reserved-memory",
+        ];
+        if !READ.contains(&name.as_str()) {
             continue;
         }
         let value = match inline {
@@ -85,24 +302,51 @@ pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
                 v.clone()
             }
         };
-        match name {
-            "config" => out.config = Some(value),
+        let f = &mut out.flags;
+        let set = match name.as_str() {
+            "config" => {
+                out.config = Some(value.clone());
+                Ok(())
+            }
             // The kubelet merges drop-ins only when the flag's value is not empty
             // (`len(KubeletConfigDir) > 0`): `--config-dir=` means none, also after an
             // earlier non-empty one (the last occurrence wins).
-            "config-dir" => out.config_dir = (!value.is_empty()).then_some(value),
-            _ => {
-                for pair in value.split(',').filter(|p| !p.trim().is_empty()) {
-                    let Some((gate, v)) = pair.split_once('=') else {
-                        return Err(format!("--feature-gates: {pair:?} is not GATE=BOOL"));
-                    };
-                    let Some(b) = go_bool(v.trim()) else {
-                        return Err(format!("--feature-gates: {pair:?}: {v:?} is not a boolean"));
-                    };
-                    out.feature_gates.insert(gate.trim().to_string(), b);
-                }
+            "config-dir" => {
+                out.config_dir = (!value.is_empty()).then(|| value.clone());
+                Ok(())
             }
-        }
+            "feature-gates" => set_gates(&mut f.feature_gates, &value),
+            "cpu-manager-policy" => {
+                f.cpu_manager_policy = Some(value.clone());
+                Ok(())
+            }
+            "cpu-manager-policy-options" => {
+                set_map(&mut f.cpu_manager_policy_options, &value, true)
+            }
+            "reserved-cpus" => {
+                f.reserved_cpus = Some(value.clone());
+                Ok(())
+            }
+            "kube-reserved" => set_map(&mut f.kube_reserved, &value, false),
+            "system-reserved" => set_map(&mut f.system_reserved, &value, false),
+            "topology-manager-policy" => {
+                f.topology_manager_policy = Some(value.clone());
+                Ok(())
+            }
+            "topology-manager-scope" => {
+                f.topology_manager_scope = Some(value.clone());
+                Ok(())
+            }
+            "topology-manager-policy-options" => {
+                set_map(&mut f.topology_manager_policy_options, &value, false)
+            }
+            "memory-manager-policy" => {
+                f.memory_manager_policy = Some(value.clone());
+                Ok(())
+            }
+            _ => set_reserved_memory(&mut f.reserved_memory, &mut memory_detached, &value),
+        };
+        set.map_err(|e| format!("--{name}={value}: {e}"))?;
     }
     Ok(out)
 }
@@ -161,16 +405,24 @@ pub struct ProcessCheck {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Checked {
     /// The kubelet that reads the config file runs with the drop-in directory.
-    Found(KubeletCommandLine),
+    Found(Box<KubeletCommandLine>),
     /// No kubelet process is visible: nothing checked (the message says so).
     NoKubelet,
 }
 
 impl Checked {
+    /// The command line's configuration flags (none when nothing was found).
+    pub fn flags(&self) -> ConfigFlags {
+        match self {
+            Checked::Found(k) => k.flags.clone(),
+            Checked::NoKubelet => ConfigFlags::default(),
+        }
+    }
+
     /// The command line's feature gates (none when nothing was found).
     pub fn feature_gates(&self) -> BTreeMap<String, bool> {
         match self {
-            Checked::Found(k) => k.feature_gates.clone(),
+            Checked::Found(k) => k.flags.feature_gates.clone(),
             Checked::NoKubelet => BTreeMap::new(),
         }
     }
@@ -178,26 +430,22 @@ impl Checked {
     /// One line for the report.
     pub fn describe(&self, check: &ProcessCheck) -> String {
         match self {
-            Checked::Found(k) => format!(
-                "kubelet process {} runs with --config {} and --config-dir {}{}",
-                k.pid,
-                check.host_config.display(),
-                check.host_config_dir.display(),
-                if k.feature_gates.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " and --feature-gates {}",
-                        k.feature_gates
-                            .iter()
-                            .map(|(g, v)| format!("{g}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )
-                }
-            ),
+            Checked::Found(k) => {
+                let flags = k.flags.describe();
+                format!(
+                    "kubelet process {} runs with --config {} and --config-dir {}{}",
+                    k.pid,
+                    check.host_config.display(),
+                    check.host_config_dir.display(),
+                    if flags.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {}", flags.join(" "))
+                    }
+                )
+            }
             Checked::NoKubelet => format!(
-                "no kubelet process under {}: its command line (--config-dir, --feature-gates) was not checked",
+                "no kubelet process under {}: its command line (--config-dir, configuration flags such as --feature-gates or --reserved-cpus) was not checked",
                 check.proc_root.display()
             ),
         }
@@ -258,7 +506,7 @@ pub fn decide(found: Vec<KubeletCommandLine>, check: &ProcessCheck) -> anyhow::R
             k.pid,
             check.host_config_dir.display()
         ),
-        Some(_) => Ok(Checked::Found(k)),
+        Some(_) => Ok(Checked::Found(Box::new(k))),
     }
 }
 
@@ -285,7 +533,7 @@ mod tests {
         assert_eq!(k.config.as_deref(), Some("/var/lib/kubelet/config.yaml"));
         assert_eq!(k.config_dir.as_deref(), Some("/etc/k/conf.d"));
         assert_eq!(
-            k.feature_gates.into_iter().collect::<Vec<_>>(),
+            k.flags.feature_gates.into_iter().collect::<Vec<_>>(),
             [("A".into(), true), ("B".into(), true), ("C".into(), false)]
         );
         // An empty --config-dir is no drop-in directory, whatever came before.
@@ -297,6 +545,89 @@ mod tests {
         assert!(parse(1, &args("--feature-gates=A=yes"))
             .unwrap_err()
             .contains("\"yes\" is not a boolean"));
+    }
+
+    /// The configuration flags as the kubelet's flag types read them.
+    #[test]
+    fn configuration_flags_are_read_as_the_kubelet_flag_types_read_them() {
+        let f = parse(
+            1,
+            &args("--cpu-manager-policy static --cpu_manager_policy=none --reserved-cpus=0-1 --kube-reserved=cpu=1,,memory=1Gi --kube-reserved cpu=2 --system-reserved= --cpu-manager-policy-options=full-pcpus-only=true,align-by-socket=true --cpu-manager-policy-options a=b --topology-manager-policy=restricted --topology-manager-scope pod --topology-manager-policy-options=prefer-closest-numa-nodes=true --memory-manager-policy=Static --reserved-memory=0:memory=1Gi;1:memory=2Gi,hugepages-2Mi=4Mi --reserved-memory 4294967297:memory=1 --feature-gates= --feature-gates=A=1"),
+        )
+        .unwrap()
+        .flags;
+        assert_eq!(
+            f.cpu_manager_policy.as_deref(),
+            Some("none"),
+            "last wins, _ is -"
+        );
+        assert_eq!(f.reserved_cpus.as_deref(), Some("0-1"));
+        let map = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        assert_eq!(f.kube_reserved, map(&[("cpu", "2"), ("memory", "1Gi")]));
+        assert_eq!(f.system_reserved, map(&[]), "given empty: an empty map");
+        // Not split at commas: one option whose value is the rest.
+        assert_eq!(
+            f.cpu_manager_policy_options,
+            map(&[("a", "b"), ("full-pcpus-only", "true,align-by-socket=true")])
+        );
+        assert_eq!(f.topology_manager_scope.as_deref(), Some("pod"));
+        assert_eq!(
+            f.topology_manager_policy_options,
+            map(&[("prefer-closest-numa-nodes", "true")])
+        );
+        assert_eq!(f.memory_manager_policy.as_deref(), Some("Static"));
+        let rm = f.reserved_memory.unwrap();
+        assert_eq!(
+            rm.iter().map(|m| m.numa_node).collect::<Vec<_>>(),
+            [0, 1, 1],
+            "appended; the node converted to 32 bits as Go's int32() does"
+        );
+        assert_eq!(rm[1].limits.len(), 2);
+        assert_eq!(f.feature_gates.get("A"), Some(&true));
+        for (line, want) in [
+            ("--reserved-cpus", "--reserved-cpus has no value"),
+            (
+                "--kube-reserved=cpu",
+                "--kube-reserved=cpu: \"cpu\" is not KEY=VALUE",
+            ),
+            (
+                "--cpu-manager-policy-options=",
+                "--cpu-manager-policy-options=: \"\" is not KEY=VALUE",
+            ),
+            ("--feature-gates=A=true,B", "\"B\" is not GATE=BOOL"),
+            ("--reserved-memory=0:cpu=1", "\"cpu\" is not a memory type"),
+            (
+                "--reserved-memory=x:memory=1",
+                "NUMA node \"x\" is not an integer",
+            ),
+            ("--reserved-memory=0:memory=1;", "\"\" is not NUMA-NODE"),
+            (
+                "--reserved-memory=0:memory=1x",
+                "--reserved-memory=0:memory=1x: memory:",
+            ),
+            (
+                "--reserved-memory= --reserved-memory=0:memory=1",
+                "given again after an empty --reserved-memory",
+            ),
+        ] {
+            let e = parse(1, &args(line)).unwrap_err();
+            assert!(e.contains(want), "{line}: {want:?} in {e}");
+        }
+        // An empty --reserved-memory leaves the files' reservations.
+        assert_eq!(
+            parse(1, &args("--reserved-memory="))
+                .unwrap()
+                .flags
+                .reserved_memory,
+            None
+        );
     }
 
     fn check() -> ProcessCheck {
@@ -321,7 +652,7 @@ mod tests {
         );
         assert_eq!(
             decide(vec![kubelet(3, "--config=/other.yaml"), good.clone()], &c).unwrap(),
-            Checked::Found(good)
+            Checked::Found(Box::new(good))
         );
         for (found, want) in [
             (

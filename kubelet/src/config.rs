@@ -24,6 +24,7 @@ use nodetopo_engine::quantity;
 use nodetopo_engine::CpuSet;
 use serde_yaml::Value;
 
+use crate::cmdline::{ConfigFlags, MemoryReservation};
 use crate::yaml::{self as kubelet_yaml, Keys};
 
 /// The name of nodetopo's drop-in file.
@@ -58,11 +59,12 @@ fn string_map(v: &Value, field: &str, file: &Path) -> anyhow::Result<BTreeMap<St
 }
 
 /// The owned keys of a KubeletConfiguration: string scalars, then string maps.
-const SCALARS: [&str; 4] = [
+const SCALARS: [&str; 5] = [
     "cpuManagerPolicy",
     "reservedSystemCPUs",
     "topologyManagerPolicy",
     "topologyManagerScope",
+    "memoryManagerPolicy",
 ];
 const MAPS: [&str; 4] = [
     "cpuManagerPolicyOptions",
@@ -186,12 +188,27 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
 }
 
 /// The merged JSON of the owned keys and `featureGates` over the `--config` file and the
-/// drop-ins, and a function naming the last file that set a key.
+/// drop-ins, the `--config` file's own `featureGates`, and a function naming the last file
+/// that set a key.
+#[allow(clippy::type_complexity)]
 fn merge_files<'a>(
     config: &'a Path,
     dropins: &'a [PathBuf],
-) -> anyhow::Result<(serde_json::Value, impl Fn(&str) -> String + 'a)> {
+) -> anyhow::Result<(
+    serde_json::Value,
+    BTreeMap<String, bool>,
+    impl Fn(&str) -> String + 'a,
+)> {
     let mut merged = config_layer(&read(config)?, config)?;
+    let config_gates: BTreeMap<String, bool> = merged
+        .get("featureGates")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_bool().map(|b| (k.clone(), b)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut layers = Vec::new();
     for file in dropins {
         let m = parse_file(&read(file)?, file, Keys::Unique)?;
@@ -207,7 +224,7 @@ fn merge_files<'a>(
             .display()
             .to_string()
     };
-    Ok((merged, last_set))
+    Ok((merged, config_gates, last_set))
 }
 
 /// The kubelet's `featureGates` from its config file and drop-in directory (merged as the
@@ -278,23 +295,67 @@ pub fn check_gates(
     Ok(())
 }
 
-/// What nodetopo reads of the kubelet's configuration files.
+/// What nodetopo reads of the kubelet's effective configuration: its files, and, where
+/// given ([`read_config_with_flags`]), the configuration flags of its command line over them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeletFileConfig {
     /// The owned fields.
     pub owned: OwnedConfig,
     /// `featureGates`.
     pub feature_gates: BTreeMap<String, bool>,
+    /// `kubeReserved`.
+    pub kube_reserved: BTreeMap<String, String>,
+    /// `systemReserved`.
+    pub system_reserved: BTreeMap<String, String>,
+    /// `memoryManagerPolicy` as set (empty: not set, the kubelet's default `None`).
+    pub memory_manager_policy: String,
+    /// `reservedMemory` as `--reserved-memory` sets it (`None`: not on the command line;
+    /// the files' `reservedMemory` is not read).
+    pub reserved_memory: Option<Vec<MemoryReservation>>,
 }
 
-/// The owned fields and feature gates after `files` (the `--config` file first, then
-/// drop-ins in order): the drop-ins are merged as JSON and the result decoded once at the
-/// end, as the kubelet does, so a value a later drop-in replaces is never type-checked. A
-/// field of the wrong type names the last file that set it.
-fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFileConfig> {
+/// The KubeletConfiguration key each configuration flag sets.
+const FLAG_KEYS: [(&str, &str); 10] = [
+    ("cpuManagerPolicy", "--cpu-manager-policy"),
+    ("cpuManagerPolicyOptions", "--cpu-manager-policy-options"),
+    ("reservedSystemCPUs", "--reserved-cpus"),
+    ("kubeReserved", "--kube-reserved"),
+    ("systemReserved", "--system-reserved"),
+    ("topologyManagerPolicy", "--topology-manager-policy"),
+    ("topologyManagerScope", "--topology-manager-scope"),
+    (
+        "topologyManagerPolicyOptions",
+        "--topology-manager-policy-options",
+    ),
+    ("memoryManagerPolicy", "--memory-manager-policy"),
+    ("reservedMemory", "--reserved-memory"),
+];
+
+/// The flag that sets a KubeletConfiguration key.
+pub fn flag_of(key: &str) -> &'static str {
+    FLAG_KEYS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or("", |(_, f)| *f)
+}
+
+/// The owned fields and the rest of [`KubeletFileConfig`] after `files` (the `--config`
+/// file first, then drop-ins in order), then `flags`, as the kubelet builds its
+/// configuration: the drop-ins are merged as JSON and the result decoded once (so a value a
+/// later drop-in replaces is never type-checked); the command line's flags are then parsed
+/// into the decoded configuration (`kubeletConfigFlagPrecedence`: a string flag replaces
+/// the field, a map flag the whole map, `--feature-gates` overrides gate by gate); values
+/// are checked last (a bad `reservedSystemCPUs` in a file that `--reserved-cpus` replaces
+/// does not matter). A field of the wrong type names the last file that set it; a bad
+/// value names the flag or the file it came from.
+fn effective_of(
+    config: &Path,
+    dropins: &[PathBuf],
+    flags: &ConfigFlags,
+) -> anyhow::Result<KubeletFileConfig> {
     use serde_json::Value as J;
-    let (merged, last_set) = merge_files(config, dropins)?;
-    let feature_gates = gates_of(&merged, &last_set)?;
+    let (merged, config_gates, last_set) = merge_files(config, dropins)?;
+    let mut feature_gates = gates_of(&merged, &last_set)?;
     let scalar = |key: &str| -> anyhow::Result<String> {
         match merged.get(key) {
             None | Some(J::Null) => Ok(String::new()),
@@ -324,27 +385,67 @@ fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFil
             ),
         }
     };
-    let reserved = scalar("reservedSystemCPUs")?;
+    let mut cpu_manager_policy = scalar("cpuManagerPolicy")?;
+    let mut reserved = scalar("reservedSystemCPUs")?;
+    let mut topology_manager_policy = scalar("topologyManagerPolicy")?;
+    let mut topology_manager_scope = scalar("topologyManagerScope")?;
+    let mut memory_manager_policy = scalar("memoryManagerPolicy")?;
+    let mut cpu_options = map("cpuManagerPolicyOptions")?;
+    let mut tm_options = map("topologyManagerPolicyOptions")?;
+    let mut kube_reserved = map("kubeReserved")?;
+    let mut system_reserved = map("systemReserved")?;
+    // The command line over the files.
+    let over = |field: &mut String, flag: &Option<String>| {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    };
+    over(&mut cpu_manager_policy, &flags.cpu_manager_policy);
+    over(&mut reserved, &flags.reserved_cpus);
+    over(&mut topology_manager_policy, &flags.topology_manager_policy);
+    over(&mut topology_manager_scope, &flags.topology_manager_scope);
+    over(&mut memory_manager_policy, &flags.memory_manager_policy);
+    let over_map = |field: &mut BTreeMap<String, String>,
+                    flag: &Option<BTreeMap<String, String>>| {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    };
+    over_map(&mut cpu_options, &flags.cpu_manager_policy_options);
+    over_map(&mut tm_options, &flags.topology_manager_policy_options);
+    over_map(&mut kube_reserved, &flags.kube_reserved);
+    over_map(&mut system_reserved, &flags.system_reserved);
+    feature_gates.extend(flags.feature_gates.iter().map(|(g, v)| (g.clone(), *v)));
+    let source = |key: &str, given: bool| {
+        if given {
+            format!("set by {} on the kubelet's command line", flag_of(key))
+        } else {
+            format!("last set in {}", last_set(key))
+        }
+    };
     let mut out = OwnedConfig {
-        cpu_manager_policy: scalar("cpuManagerPolicy")?,
-        cpu_manager_policy_options: map("cpuManagerPolicyOptions")?,
+        cpu_manager_policy,
+        cpu_manager_policy_options: cpu_options,
         reserved_system_cpus: CpuSet::parse(&reserved).map_err(|e| {
             anyhow::anyhow!(
-                "reservedSystemCPUs {reserved:?} (last set in {}): {e}",
-                last_set("reservedSystemCPUs")
+                "reservedSystemCPUs {reserved:?} ({}): {e}",
+                source("reservedSystemCPUs", flags.reserved_cpus.is_some())
             )
         })?,
         reserved_cpu_count: None,
-        topology_manager_policy: scalar("topologyManagerPolicy")?,
-        topology_manager_scope: scalar("topologyManagerScope")?,
-        topology_manager_policy_options: map("topologyManagerPolicyOptions")?,
+        topology_manager_policy,
+        topology_manager_scope,
+        topology_manager_policy_options: tm_options,
     };
     if out.reserved_system_cpus.is_empty() {
         let mut millis = 0;
-        for key in ["kubeReserved", "systemReserved"] {
-            if let Some(cpu) = map(key)?.get("cpu") {
+        for (key, m, flag) in [
+            ("kubeReserved", &kube_reserved, &flags.kube_reserved),
+            ("systemReserved", &system_reserved, &flags.system_reserved),
+        ] {
+            if let Some(cpu) = m.get("cpu") {
                 millis += quantity::parse_millis(cpu).map_err(|e| {
-                    anyhow::anyhow!("{key}.cpu {cpu:?} (last set in {}): {e}", last_set(key))
+                    anyhow::anyhow!("{key}.cpu {cpu:?} ({}): {e}", source(key, flag.is_some()))
                 })?;
             }
         }
@@ -353,25 +454,304 @@ fn effective_of(config: &Path, dropins: &[PathBuf]) -> anyhow::Result<KubeletFil
             out.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
         }
     }
+    if let Some(list) = &flags.reserved_memory {
+        check_reserved_memory(list)?;
+    }
+    // As the kubelet sets its gates: the command line's alone, then (while the config file
+    // is defaulted) the config file's over them, then the merged ones.
+    check_gate_set(&flags.feature_gates, &config_gates, &feature_gates)?;
     Ok(KubeletFileConfig {
         owned: out,
         feature_gates,
+        kube_reserved,
+        system_reserved,
+        memory_manager_policy,
+        reserved_memory: flags.reserved_memory.clone(),
     })
 }
 
+/// The part of the kubelet's (v1.37.2) feature-gate table that `AllAlpha`/`AllBeta` reach
+/// with consequences at start-up: (gate, beta?, default).
+const GATE_SPECS: [(&str, bool, bool); 12] = [
+    ("GenericWorkload", true, false),
+    ("TopologyAwareWorkloadScheduling", false, false),
+    ("WorkloadWithJob", false, false),
+    ("PodGroupPreemptionPolicy", false, false),
+    ("CompositePodGroup", false, false),
+    ("DRADeviceCompatibilityGroups", false, false),
+    ("DRAPartitionableDevices", true, true),
+    ("DRAPartitionableDevicesType", false, false),
+    ("StorageVersionAPI", false, false),
+    ("APIServerIdentity", true, true),
+    ("KubeletCrashLoopBackOffMax", true, true),
+    ("KubeletEnsureSecretPulledImages", true, true),
+];
+
+/// Gate dependencies among [`GATE_SPECS`] (component-base refuses an enabled gate whose
+/// dependency is disabled).
+const GATE_DEPENDENCIES: [(&str, &[&str]); 7] = [
+    ("TopologyAwareWorkloadScheduling", &["GenericWorkload"]),
+    ("WorkloadWithJob", &["GenericWorkload"]),
+    ("PodGroupPreemptionPolicy", &["GenericWorkload"]),
+    (
+        "CompositePodGroup",
+        &["GenericWorkload", "TopologyAwareWorkloadScheduling"],
+    ),
+    ("DRADeviceCompatibilityGroups", &["DRAPartitionableDevices"]),
+    ("DRAPartitionableDevicesType", &["DRAPartitionableDevices"]),
+    ("StorageVersionAPI", &["APIServerIdentity"]),
+];
+
+/// Feature gates as component-base's gate holds them: every `SetFromMap` sets the gates it
+/// names, and `AllAlpha`/`AllBeta` set the gates of their maturity that are not set yet
+/// (by name or by an earlier `AllAlpha`/`AllBeta`): a later `AllBeta` changes nothing the
+/// first one set. Only the gates of [`GATE_SPECS`] are resolved.
+#[derive(Debug, Clone, Default)]
+struct GateState(BTreeMap<String, bool>);
+
+impl GateState {
+    fn set_from_map(&mut self, m: &BTreeMap<String, bool>) {
+        let before = self.0.clone();
+        for (k, v) in m {
+            if k == "AllAlpha" || k == "AllBeta" {
+                for (gate, beta, _) in GATE_SPECS {
+                    if beta == (k == "AllBeta")
+                        && !before.contains_key(gate)
+                        && !m.contains_key(gate)
+                    {
+                        self.0.insert(gate.to_string(), *v);
+                    }
+                }
+            }
+            self.0.insert(k.clone(), *v);
+        }
+    }
+
+    fn enabled(&self, g: &str) -> bool {
+        self.0.get(g).copied().unwrap_or_else(|| {
+            GATE_SPECS
+                .iter()
+                .find(|(n, _, _)| *n == g)
+                .is_some_and(|(_, _, default)| *default)
+        })
+    }
+
+    /// The enabled gates with a disabled dependency.
+    fn dependency_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (gate, deps) in GATE_DEPENDENCIES {
+            let off: Vec<&str> = deps.iter().copied().filter(|d| !self.enabled(d)).collect();
+            if self.enabled(gate) && !off.is_empty() {
+                problems.push(format!(
+                    "{gate} is enabled, but depends on {} disabled",
+                    off.join(", ")
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// Whether the kubelet starts with its gates, for the gates [`GATE_SPECS`] lists, set as
+/// the kubelet sets them ([`GateState`]): its command line's (`flags`); then, on a copy,
+/// the config file's (`config_file`) while the file is defaulted; then the merged ones
+/// (`gates`, files then flags) over the command line's. Each time component-base refuses
+/// an enabled gate with a disabled dependency (at defaulting the kubelet panics).
+/// Defaulting sets `crashLoopBackOff` and `imagePullCredentialsVerificationPolicy` only
+/// where `KubeletCrashLoopBackOffMax` and `KubeletEnsureSecretPulledImages` are on then,
+/// and validation refuses them set where the final gates turn the gate off (so `AllBeta:
+/// false` in a drop-in stops the kubelet; in the config file or on the command line it
+/// does not). Values of those two fields written in the files are not read. Other gates
+/// are not judged here.
+fn check_gate_set(
+    flags: &BTreeMap<String, bool>,
+    config_file: &BTreeMap<String, bool>,
+    gates: &BTreeMap<String, bool>,
+) -> anyhow::Result<()> {
+    let mut global = GateState::default();
+    global.set_from_map(flags);
+    let mut problems = global.dependency_problems();
+    let mut at_defaulting = global.clone();
+    at_defaulting.set_from_map(config_file);
+    if problems.is_empty() {
+        problems = at_defaulting.dependency_problems();
+    }
+    global.set_from_map(gates);
+    if problems.is_empty() {
+        problems = global.dependency_problems();
+    }
+    let started = problems.is_empty();
+    for gate in [
+        "KubeletCrashLoopBackOffMax",
+        "KubeletEnsureSecretPulledImages",
+    ] {
+        if started && at_defaulting.enabled(gate) && !global.enabled(gate) {
+            problems.push(format!(
+                "{gate} is disabled, but the kubelet's defaulting set a field only it allows"
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "featureGates: the kubelet refuses to start with these gates ({}): {}",
+            gates
+                .iter()
+                .map(|(g, v)| format!("{g}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            problems.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// The kubelet's validation of `reservedMemory` (`validateReservedMemoryConfiguration`):
+/// no zero quantity, no NUMA node and type given twice.
+fn check_reserved_memory(list: &[MemoryReservation]) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for m in list {
+        for (name, q) in &m.limits {
+            let zero = quantity::Quantity::parse(q)
+                .map(|q| q.is_zero())
+                .unwrap_or(false);
+            if zero {
+                bail!(
+                    "--reserved-memory: the reservation of {name} on NUMA node {} is zero, which the kubelet refuses",
+                    m.numa_node
+                );
+            }
+            if !seen.insert((m.numa_node, name.as_str())) {
+                bail!(
+                    "--reserved-memory: NUMA node {} reserves {name} twice, which the kubelet refuses",
+                    m.numa_node
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The kubelet's effective owned fields and feature gates from its config file and drop-in
-/// directory (`None`: the kubelet runs without `--config-dir`), every file read once.
+/// directory (`None`: the kubelet runs without `--config-dir`), every file read once; no
+/// command line ([`read_config_with_flags`]).
 pub fn read_config(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<KubeletFileConfig> {
+    read_config_with_flags(config, config_dir, &ConfigFlags::default())
+}
+
+/// The kubelet's effective configuration: its config file, its drop-in directory, then the
+/// configuration flags of its command line ([`crate::cmdline::parse`]).
+pub fn read_config_with_flags(
+    config: &Path,
+    config_dir: Option<&Path>,
+    flags: &ConfigFlags,
+) -> anyhow::Result<KubeletFileConfig> {
     let files = match config_dir {
         Some(dir) => dropins(dir)?,
         None => Vec::new(),
     };
-    effective_of(config, &files)
+    effective_of(config, &files, flags)
 }
 
 /// The kubelet's effective owned fields ([`read_config`]).
 pub fn read_effective(config: &Path, config_dir: Option<&Path>) -> anyhow::Result<OwnedConfig> {
     Ok(read_config(config, config_dir)?.owned)
+}
+
+/// The owned fields as nodetopo's drop-in writes them for `desired`: defaults written out
+/// and, under the static policy, the reserved set explicit (a count resolved to the CPUs
+/// the kubelet's static policy would reserve on `topology`).
+pub fn dropin_fields(
+    topology: &nodetopo_engine::CpuTopology,
+    desired: &OwnedConfig,
+) -> anyhow::Result<OwnedConfig> {
+    let checked = nodetopo_engine::change::check_config(topology, desired, "desired")?;
+    let mut out = desired.normalized();
+    if let Some(p) = &checked.policy {
+        out.reserved_system_cpus = p.reserved().clone();
+        out.reserved_cpu_count = None;
+    }
+    Ok(out)
+}
+
+/// Stops, naming each flag, where the kubelet's command line sets a field nodetopo's drop-in
+/// would set to another value: the flag wins over every file, so the drop-in could not take
+/// effect (the kubelet would keep running the flag's value while the files say otherwise).
+/// `desired` is what the drop-in writes (the reserved set explicit). A flag that agrees
+/// with `desired` is fine. `--kube-reserved`/`--system-reserved` never conflict: the
+/// drop-in states the reserved set, which the kubelet prefers over their `cpu`.
+pub fn check_flags(flags: &ConfigFlags, desired: &OwnedConfig) -> anyhow::Result<()> {
+    let mut conflicts = Vec::new();
+    let mut scalar = |flag: &str, given: &Option<String>, default: &str, want: &str| {
+        if let Some(v) = given {
+            let v = if v.is_empty() { default } else { v.as_str() };
+            if v != want {
+                conflicts.push(format!("{flag}={v} (the drop-in would set {want})"));
+            }
+        }
+    };
+    scalar(
+        "--cpu-manager-policy",
+        &flags.cpu_manager_policy,
+        "none",
+        desired.cpu_policy(),
+    );
+    scalar(
+        "--topology-manager-policy",
+        &flags.topology_manager_policy,
+        "none",
+        desired.tm_policy(),
+    );
+    scalar(
+        "--topology-manager-scope",
+        &flags.topology_manager_scope,
+        "container",
+        desired.tm_scope(),
+    );
+    let show = |m: &BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for (flag, given, want) in [
+        (
+            "--cpu-manager-policy-options",
+            &flags.cpu_manager_policy_options,
+            &desired.cpu_manager_policy_options,
+        ),
+        (
+            "--topology-manager-policy-options",
+            &flags.topology_manager_policy_options,
+            &desired.topology_manager_policy_options,
+        ),
+    ] {
+        if let Some(v) = given {
+            if v != want {
+                conflicts.push(format!(
+                    "{flag}={} (the drop-in would set {{{}}})",
+                    show(v),
+                    show(want)
+                ));
+            }
+        }
+    }
+    if let Some(v) = &flags.reserved_cpus {
+        let set = CpuSet::parse(v)
+            .map_err(|e| anyhow::anyhow!("the kubelet's command line: --reserved-cpus={v}: {e}"))?;
+        if set != desired.reserved_system_cpus {
+            conflicts.push(format!(
+                "--reserved-cpus={v} (the drop-in would set reservedSystemCPUs \"{}\")",
+                desired.reserved_system_cpus
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        bail!(
+            "the kubelet's command line overrides what nodetopo's drop-in would set, so nothing is planned or changed: {}; flags win over every configuration file, so remove them from the kubelet's command line (or make them agree with the policy)",
+            conflicts.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// The owned fields from the config file and the drop-ins the kubelet applies before
@@ -387,18 +767,22 @@ pub fn read_below_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<Own
                 .is_some_and(|first| first.as_os_str().as_encoded_bytes() < DROPIN_NAME.as_bytes())
         })
         .collect();
-    Ok(effective_of(config, &before)?.owned)
+    Ok(effective_of(config, &before, &ConfigFlags::default())?.owned)
 }
 
 /// The owned fields from the config file and every drop-in but nodetopo's own
 /// [`DROPIN_NAME`]: the node's own configuration, what a revert goes back to.
-pub fn read_without_dropin(config: &Path, config_dir: &Path) -> anyhow::Result<OwnedConfig> {
+pub fn read_without_dropin(
+    config: &Path,
+    config_dir: &Path,
+    flags: &ConfigFlags,
+) -> anyhow::Result<OwnedConfig> {
     let own = config_dir.join(DROPIN_NAME);
     let others: Vec<PathBuf> = dropins(config_dir)?
         .into_iter()
         .filter(|f| f != &own)
         .collect();
-    Ok(effective_of(config, &others)?.owned)
+    Ok(effective_of(config, &others, flags)?.owned)
 }
 
 /// The drop-in files under a directory, in the order the kubelet applies them: the files
@@ -828,5 +1212,221 @@ mod tests {
         write(&f, "reservedSystemCPUs: \"0-\"\n");
         let e = read_effective(&f, None).unwrap_err().to_string();
         assert!(e.contains("reservedSystemCPUs"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+    use crate::cmdline;
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn flags(line: &str) -> ConfigFlags {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        cmdline::parse(0, &args).unwrap().flags
+    }
+
+    /// Flags win over the config file and the drop-ins (kubeletConfigFlagPrecedence): a
+    /// string flag replaces the field, a map flag the whole map, gates one by one; a bad
+    /// file value a flag replaces does not matter, a bad flag value is named.
+    #[test]
+    fn flags_override_files_and_dropins() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        std::fs::write(
+            &main,
+            format!("{HEAD}cpuManagerPolicy: static\nreservedSystemCPUs: \"0-\"\nkubeReserved: {{cpu: 500m, memory: 1Gi}}\nfeatureGates: {{CPUManagerPolicyAlphaOptions: true, CPUManagerPolicyBetaOptions: false}}\n"),
+        )
+        .unwrap();
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("50-a.conf"),
+            format!("{HEAD}topologyManagerPolicy: restricted\ncpuManagerPolicyOptions: {{full-pcpus-only: \"true\"}}\n"),
+        )
+        .unwrap();
+        // Without flags the file's reservedSystemCPUs is refused.
+        let e = read_config(&main, Some(&d)).unwrap_err().to_string();
+        assert!(
+            e.contains("reservedSystemCPUs \"0-\"") && e.contains("config.yaml"),
+            "{e}"
+        );
+        let c = read_config_with_flags(
+            &main,
+            Some(&d),
+            &flags("--reserved-cpus=0,32 --topology-manager-policy single-numa-node --cpu-manager-policy-options=align-by-socket=true --kube-reserved=pid=10 --feature-gates=CPUManagerPolicyBetaOptions=true --memory-manager-policy=Static --reserved-memory=0:memory=1Gi"),
+        )
+        .unwrap();
+        assert_eq!(c.owned.reserved_system_cpus.to_string(), "0,32");
+        assert_eq!(c.owned.topology_manager_policy, "single-numa-node");
+        assert_eq!(
+            c.owned
+                .cpu_manager_policy_options
+                .keys()
+                .collect::<Vec<_>>(),
+            ["align-by-socket"],
+            "the drop-in's options replaced, not merged"
+        );
+        assert_eq!(c.kube_reserved.keys().collect::<Vec<_>>(), ["pid"]);
+        assert!(c.feature_gates["CPUManagerPolicyBetaOptions"]);
+        assert!(c.feature_gates["CPUManagerPolicyAlphaOptions"], "kept");
+        assert_eq!(c.memory_manager_policy, "Static");
+        assert_eq!(c.reserved_memory.as_ref().map(Vec::len), Some(1));
+        // The reserved count follows the flags too.
+        let c = read_config_with_flags(
+            &main,
+            Some(&d),
+            &flags("--reserved-cpus= --system-reserved=cpu=1"),
+        )
+        .unwrap();
+        assert_eq!(c.owned.reserved_cpu_count, Some(2), "ceil(0.5 + 1)");
+        for (line, want) in [
+            (
+                "--reserved-cpus=x",
+                "set by --reserved-cpus on the kubelet's command line",
+            ),
+            (
+                "--reserved-cpus= --kube-reserved=cpu=lots",
+                "kubeReserved.cpu \"lots\" (set by --kube-reserved",
+            ),
+            ("--reserved-cpus=1 --reserved-memory=0:memory=0", "is zero"),
+            (
+                "--reserved-cpus=1 --reserved-memory=0:memory=1 --reserved-memory=0:memory=2",
+                "reserves memory twice",
+            ),
+        ] {
+            let e = read_config_with_flags(&main, Some(&d), &flags(line))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{line}: {want:?} in {e}");
+        }
+    }
+
+    /// AllAlpha/AllBeta as the kubelet v1.37.2 starts with them (checked by the
+    /// configuration oracle's table cases).
+    #[test]
+    fn gate_sets_the_kubelet_refuses() {
+        let g = |pairs: &[(&str, bool)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let none = g(&[]);
+        // (flags, config file, merged)
+        for (f, d, m) in [
+            (g(&[]), g(&[]), g(&[])),
+            (g(&[]), g(&[]), g(&[("AllAlpha", true), ("AllBeta", true)])),
+            (
+                g(&[("GenericWorkload", true)]),
+                g(&[("AllAlpha", true), ("GenericWorkload", true)]),
+                g(&[("AllAlpha", true), ("GenericWorkload", true)]),
+            ),
+            (g(&[]), g(&[("AllBeta", false)]), g(&[("AllBeta", false)])),
+            (
+                g(&[("AllBeta", false)]),
+                g(&[("AllBeta", false)]),
+                g(&[("AllBeta", false)]),
+            ),
+            (
+                g(&[]),
+                g(&[]),
+                g(&[
+                    ("AllBeta", false),
+                    ("KubeletCrashLoopBackOffMax", true),
+                    ("KubeletEnsureSecretPulledImages", true),
+                ]),
+            ),
+        ] {
+            check_gate_set(&f, &d, &m).unwrap();
+        }
+        for (f, d, m, want) in [
+            (
+                none.clone(),
+                g(&[("AllAlpha", true)]),
+                g(&[("AllAlpha", true)]),
+                "WorkloadWithJob is enabled, but depends on GenericWorkload disabled",
+            ),
+            (
+                none.clone(),
+                none.clone(),
+                g(&[("AllBeta", false)]),
+                "KubeletEnsureSecretPulledImages is disabled",
+            ),
+            (
+                none.clone(),
+                none.clone(),
+                g(&[("KubeletCrashLoopBackOffMax", false)]),
+                "KubeletCrashLoopBackOffMax is disabled",
+            ),
+            (
+                none.clone(),
+                none.clone(),
+                g(&[
+                    ("AllAlpha", true),
+                    ("AllBeta", true),
+                    ("DRAPartitionableDevices", false),
+                ]),
+                "DRAPartitionableDevicesType is enabled, but depends on DRAPartitionableDevices",
+            ),
+        ] {
+            let e = check_gate_set(&f, &d, &m).unwrap_err().to_string();
+            assert!(e.contains(want), "{want:?} in {e}");
+        }
+    }
+
+    /// A flag that overrides what the drop-in would set is refused, naming it; one that
+    /// agrees is fine.
+    #[test]
+    fn flags_overriding_the_dropin_are_refused() {
+        let mut want = OwnedConfig {
+            cpu_manager_policy: "static".into(),
+            reserved_system_cpus: CpuSet::parse("0-3").unwrap(),
+            topology_manager_policy: "restricted".into(),
+            ..Default::default()
+        }
+        .normalized();
+        want.cpu_manager_policy_options
+            .insert("full-pcpus-only".into(), "true".into());
+        for fine in [
+            "",
+            "--reserved-cpus=0-3",
+            "--reserved-cpus=0,1,2,3 --cpu-manager-policy=static --topology-manager-scope=container",
+            "--cpu-manager-policy-options=full-pcpus-only=true --kube-reserved=cpu=7",
+        ] {
+            check_flags(&flags(fine), &want).unwrap();
+        }
+        for (line, name) in [
+            ("--reserved-cpus=0-1", "--reserved-cpus=0-1"),
+            ("--reserved-cpus=", "--reserved-cpus="),
+            ("--cpu-manager-policy=none", "--cpu-manager-policy=none"),
+            (
+                "--topology-manager-policy=best-effort",
+                "--topology-manager-policy=best-effort",
+            ),
+            (
+                "--topology-manager-scope=pod",
+                "--topology-manager-scope=pod",
+            ),
+            (
+                "--cpu-manager-policy-options=align-by-socket=true",
+                "--cpu-manager-policy-options=align-by-socket=true",
+            ),
+            (
+                "--topology-manager-policy-options=prefer-closest-numa-nodes=true",
+                "--topology-manager-policy-options",
+            ),
+        ] {
+            let e = check_flags(&flags(line), &want).unwrap_err().to_string();
+            assert!(
+                e.contains(name) && e.contains("nothing is planned or changed"),
+                "{line}: {e}"
+            );
+        }
+        let e = check_flags(&flags("--reserved-cpus=z"), &want)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--reserved-cpus=z"), "{e}");
     }
 }

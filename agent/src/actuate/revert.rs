@@ -18,6 +18,7 @@ use std::path::Path;
 use nodetopo_engine::change::{
     plan_change, ChangeClass, ChangeInput, KubeletCpuState, OwnedConfig,
 };
+use nodetopo_kubelet::cmdline::ConfigFlags;
 use nodetopo_kubelet::config as kubelet;
 use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 
@@ -42,11 +43,17 @@ pub struct RevertInput<'a> {
 }
 
 /// The plan back to the node's own configuration, from the files as they are now.
-fn target_of_revert(input: &RevertInput<'_>) -> anyhow::Result<(Target, OwnedConfig)> {
+fn target_of_revert(
+    input: &RevertInput<'_>,
+    flags: &ConfigFlags,
+) -> anyhow::Result<(Target, OwnedConfig)> {
     let files = input.files;
-    let own = kubelet::read_without_dropin(&files.config, &files.config_dir)?;
+    // The node's own configuration and the running one are both the kubelet's effective
+    // configuration: its command line's flags win over either set of files.
+    let own = kubelet::read_without_dropin(&files.config, &files.config_dir, flags)?;
     let desired = resolved_desired(input.topology, &own)?;
-    let current = kubelet::read_effective(&files.config, Some(&files.config_dir))?;
+    let current =
+        kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)?.owned;
     let read = read_state(&files.state)?;
     let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
     let state: Option<KubeletCpuState> = read.map(|r| r.0);
@@ -95,10 +102,11 @@ pub fn revert(
     } else {
         recover(files, svc)?
     };
-    if let Some(p) = input.process {
-        nodetopo_kubelet::cmdline::check(p)?;
-    }
-    let (target, own) = target_of_revert(input)?;
+    let flags = match input.process {
+        Some(p) => nodetopo_kubelet::cmdline::check(p)?.flags(),
+        None => ConfigFlags::default(),
+    };
+    let (target, own) = target_of_revert(input, &flags)?;
     let plan = target.plan.clone();
     let first = plan
         .steps
@@ -128,8 +136,8 @@ pub fn revert(
         r.actions = super::dry_run_actions(files, &target);
         return Ok(r);
     }
-    let mut again = || target_of_revert(input).map(|(t, _)| t);
-    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &own, svc);
+    let mut again = || target_of_revert(input, &flags).map(|(t, _)| t);
+    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &own, &flags, svc);
     match carry_out(files, &target, &mut again, &check, svc) {
         Ok(()) => {
             let mut msg = format!(
