@@ -195,7 +195,10 @@ fn hostile_sizes_are_refused_before_they_are_decoded() {
     }
     // One more entry than CPUs Linux can run: refused, naming the limit.
     let e = parse(&many(MAX_ENTRIES + 1, "1", CheckpointFormat::V2)).unwrap_err();
-    assert!(e.contains("8193 container entries, more than the 8192"), "{e}");
+    assert!(
+        e.contains("8193 container entries, more than the 8192"),
+        "{e}"
+    );
     // A flood of tiny entries is refused by the member count, before any map is built.
     let flood = many(20_000, "1", CheckpointFormat::V4);
     let e = parse(&flood).unwrap_err();
