@@ -335,7 +335,8 @@ fn mkfifo(p: &Path) {
 #[test]
 fn the_journal_and_backups_are_read_bounded_and_regular_only() {
     let journal = "lib/nodetopo-apply.journal";
-    let cases: [(&str, &dyn Fn(&Kubelet), &str); 4] = [
+    type Plant<'a> = &'a dyn Fn(&Kubelet);
+    let cases: [(&str, Plant, &str); 4] = [
         (
             "a FIFO journal",
             &|k| mkfifo(&k.p(journal)),
