@@ -55,9 +55,11 @@ pub mod guard;
 pub mod node_ready;
 mod replan;
 pub mod revert;
+mod rollback;
 mod systemd;
 mod writes;
 
+pub use rollback::{MAX_DROPIN_BYTES, MAX_JOURNAL_BYTES, MAX_STATE_BYTES};
 pub use systemd::{SystemdBus, SYSTEM_BUS};
 pub use writes::AllowedWrites;
 
@@ -365,14 +367,6 @@ struct Journal {
     writes_state: bool,
 }
 
-fn read_opt(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
-    match std::fs::read(path) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-}
-
 /// The permission bits of `path`, or `default` when it does not exist or cannot be read.
 fn mode_of(path: &Path, default: u32) -> u32 {
     std::fs::metadata(path)
@@ -384,22 +378,9 @@ fn mode_of(path: &Path, default: u32) -> u32 {
 /// os.CreateTemp, mode 0600, and renames it).
 const KUBELET_STATE_MODE: u32 = 0o600;
 
-/// Puts a file back from its backup, with the backup's mode (or removes it when it did not
-/// exist before).
-fn restore(w: &AllowedWrites, path: &Path, existed: bool) -> anyhow::Result<()> {
-    if existed {
-        let b = backup_of(path);
-        let bytes = std::fs::read(&b)
-            .with_context(|| format!("reading the backup {} to restore", b.display()))?;
-        w.write_mode(path, &bytes, mode_of(&b, 0o644))
-            .with_context(|| format!("restoring {}", path.display()))
-    } else {
-        w.remove(path)
-    }
-}
-
 fn read_journal(files: &KubeletFiles) -> anyhow::Result<Option<Journal>> {
-    let Some(bytes) = read_opt(&files.journal())? else {
+    let Some(bytes) = rollback::read_opt(&files.journal(), MAX_JOURNAL_BYTES, "the journal")?
+    else {
         return Ok(None);
     };
     serde_json::from_slice(&bytes)
@@ -411,6 +392,23 @@ fn write_journal(w: &AllowedWrites, files: &KubeletFiles, j: &Journal) -> anyhow
     let bytes = serde_json::to_vec(j)?;
     w.write(&files.journal(), &bytes)
         .with_context(|| format!("writing {}", files.journal().display()))
+}
+
+/// Rolls back the apply `j` describes: the journal goes back to `applying` first (a crash
+/// during the rollback then rolls back again, never forward over a mixed pair), then every
+/// file is restored, each step attempted whatever failed before it.
+fn undo(w: &AllowedWrites, files: &KubeletFiles, j: &Journal) -> Result<(), String> {
+    let back = Journal {
+        phase: "applying".into(),
+        ..j.clone()
+    };
+    let marked = write_journal(w, files, &back);
+    rollback::roll_back(w, files, j.dropin_existed, j.state_existed, j.writes_state).map_err(
+        |why| match marked {
+            Ok(()) => why,
+            Err(e) => format!("{why}; and the journal could not be set back to applying: {e:#}"),
+        },
+    )
 }
 
 /// What [`recover`] did.
@@ -425,8 +423,11 @@ pub enum Recovery {
 }
 
 /// Finishes or undoes an apply interrupted by a crash; always leaves the kubelet started
-/// when there was one to finish.
+/// when there was one to finish. A rollback attempts every step; when one fails the kubelet
+/// is still started, the journal is kept (the next apply tries again) and the error names
+/// what failed.
 pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Result<Recovery> {
+    rollback::check_layout(files)?;
     let w = AllowedWrites::of(files);
     w.remove_stale_temps();
     // A journal the guard claimed and could not finish restoring: roll back from it.
@@ -437,25 +438,34 @@ pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Re
     if claimed {
         j.phase = "applying".into();
     }
-    let r = if j.phase == "written" {
-        Recovery::RolledForward
+    let (r, undone) = if j.phase == "written" {
+        (Recovery::RolledForward, Ok(()))
     } else {
-        restore(&w, &files.dropin(), j.dropin_existed)?;
-        if j.writes_state {
-            restore(&w, &files.state, j.state_existed)?;
-        }
-        Recovery::RolledBack
+        let undone =
+            rollback::roll_back(&w, files, j.dropin_existed, j.state_existed, j.writes_state);
+        (Recovery::RolledBack, undone)
     };
     // The kubelet may have been stopped by the interrupted apply (rolled back: start it on
     // the old files), or still run the old configuration with the new files in place
     // (rolled forward: restart it, which also starts a stopped one).
-    if r == Recovery::RolledForward {
+    let started = if r == Recovery::RolledForward {
         svc.restart()
-            .map_err(|e| anyhow::anyhow!("restarting the kubelet after recovery: {e}"))?;
+            .map_err(|e| format!("restarting the kubelet after recovery: {e}"))
     } else {
         svc.start()
-            .map_err(|e| anyhow::anyhow!("starting the kubelet after recovery: {e}"))?;
+            .map_err(|e| format!("starting the kubelet after recovery: {e}"))
+    };
+    if let Err(why) = undone {
+        bail!(
+            "rolling back the interrupted apply failed: {why}; the journal {} is kept, so the next apply (or apply --recover-only) tries the rollback again; {}",
+            files.journal().display(),
+            match started {
+                Ok(()) => "the kubelet was started on the files as they are".to_string(),
+                Err(e) => e,
+            }
+        );
     }
+    started.map_err(|e| anyhow::anyhow!(e))?;
     w.remove(&files.journal())?;
     Ok(r)
 }
@@ -530,6 +540,7 @@ fn report(
 /// kubelet that would not read nodetopo's files stops the apply with an error.
 pub fn apply(input: &ApplyInput<'_>, svc: &mut dyn KubeletService) -> anyhow::Result<ApplyReport> {
     let files = input.files;
+    rollback::check_layout(files)?;
     let recovery = if input.dry_run {
         Recovery::Nothing
     } else {
@@ -716,11 +727,11 @@ fn carry_out(
     svc.reached(Step::Replanned);
     let new_state = target.new_state.as_deref();
     // 2. Backups, durable, taken now (after the stop), before anything changes.
-    let old_dropin = match read_opt(&dropin_path) {
+    let old_dropin = match rollback::read_opt(&dropin_path, MAX_DROPIN_BYTES, "the drop-in") {
         Ok(b) => b,
         Err(x) => return Err(replan::unchanged(svc, stops, e("reading the drop-in", x))),
     };
-    let old_state = match read_opt(&files.state) {
+    let old_state = match rollback::read_opt(&files.state, MAX_STATE_BYTES, "the state file") {
         Ok(b) => b,
         Err(x) => return Err(replan::unchanged(svc, stops, e("reading the state", x))),
     };
@@ -754,20 +765,25 @@ fn carry_out(
         state_existed: old_state.is_some(),
         writes_state: new_state.is_some(),
     };
+    let undo_journal = journal.clone();
     let rollback = |svc: &mut dyn KubeletService, why: String| -> String {
         let mut msg = why;
-        let undo = (|| -> anyhow::Result<()> {
-            let _ = svc.stop();
-            restore(&w, &dropin_path, journal.dropin_existed)?;
-            if journal.writes_state {
-                restore(&w, &files.state, journal.state_existed)?;
+        let _ = svc.stop();
+        if let Err(x) = undo(&w, files, &undo_journal) {
+            // The pair may be mixed: the journal stays (in `applying`), so the next apply
+            // or `apply --recover-only` rolls back again; the kubelet is started anyway (it
+            // was stopped), but nothing is claimed about its health.
+            msg.push_str(&format!(
+                "; the rollback failed: {x}; the journal {} is kept, so the next apply (or apply --recover-only) tries the rollback again",
+                files.journal().display()
+            ));
+            match svc.start() {
+                Ok(()) => msg.push_str("; the kubelet was started on the files as they are"),
+                Err(x) => msg.push_str(&format!("; starting the kubelet failed too: {x}")),
             }
-            Ok(())
-        })();
-        match undo {
-            Ok(()) => msg.push_str("; the previous configuration and state were restored"),
-            Err(x) => msg.push_str(&format!("; restoring the backups failed too: {x:#}")),
+            return msg;
         }
+        msg.push_str("; the previous configuration and state were restored");
         match svc.start() {
             Ok(()) => {
                 msg.push_str(" and the kubelet restarted");

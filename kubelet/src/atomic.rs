@@ -29,19 +29,45 @@ pub fn temp_of(path: &Path) -> PathBuf {
     dir_of(path).join(format!(".{name}{TEMP_MARK}{}", std::process::id()))
 }
 
+/// Creates the temp file `tmp` for writing, never through a link: whatever is at its name
+/// (a planted symlink, a FIFO, a file left by an earlier process with this PID) is unlinked
+/// first (unlink removes the name, never what a symlink points at), then the file is created
+/// with `O_CREAT|O_EXCL|O_NOFOLLOW` (`create_new`), which fails rather than follow or reuse
+/// anything planted in between.
+fn create_temp(tmp: &Path, mode: Option<u32>) -> std::io::Result<fs::File> {
+    match fs::remove_file(tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut open = fs::OpenOptions::new();
+    open.write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    open.mode(mode.unwrap_or(0o666));
+    open.open(tmp).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("creating the temp file {}: {e}", tmp.display()),
+        )
+    })
+}
+
 /// Writes `bytes` to `path` by temp file and rename. `mode`: the file's permission bits
 /// (`None`: as `File::create`, 0666 less the umask). With `durable`, the file is fsynced
 /// before and its directory after the rename (durability across power loss, which derived
 /// files rewritten at every start do not need). A failed write removes its temp file.
+///
+/// The temp file is created new (`O_EXCL|O_NOFOLLOW`, see [`create_temp`]) and its mode set
+/// on the open handle (`fchmod`), so no link planted at its name can redirect the write or
+/// the chmod to another file; the rename replaces `path` itself (a symlink at `path` is
+/// replaced, not followed).
 pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>, durable: bool) -> std::io::Result<()> {
     let tmp = temp_of(path);
+    let mut created = false;
     let result = (|| {
-        let mut open = fs::OpenOptions::new();
-        open.write(true).create(true).truncate(true);
-        if let Some(m) = mode {
-            open.mode(m);
-        }
-        let mut f = open.open(&tmp)?;
+        let mut f = create_temp(&tmp, mode)?;
+        created = true;
         f.write_all(bytes)?;
         if let Some(m) = mode {
             // The umask may have narrowed the mode at creation.
@@ -57,15 +83,17 @@ pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>, durable: bool) -> std
         }
         Ok(())
     })();
-    if result.is_err() {
+    if result.is_err() && created {
         let _ = fs::remove_file(&tmp);
     }
     result
 }
 
-/// Removes the temp files of `path` that another (killed) process left behind; this
-/// process's own and every other file are kept. Returns what was removed, sorted. Best
-/// effort: an unreadable directory removes nothing.
+/// Removes the temp files of `path` left behind by a killed process, and anything else
+/// planted under a temp name (a symlink or any non-regular file, even under this process's
+/// own PID); this process's own regular temp file (a write in progress) and every other
+/// file are kept. Removal unlinks the name only: a symlink's target is never touched.
+/// Returns what was removed, sorted. Best effort: an unreadable directory removes nothing.
 pub fn remove_stale_temps(path: &Path) -> Vec<PathBuf> {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return Vec::new();
@@ -81,7 +109,12 @@ pub fn remove_stale_temps(path: &Path) -> Vec<PathBuf> {
         let is_temp = file
             .strip_prefix(&prefix)
             .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
-        if is_temp && file != own && fs::remove_file(entry.path()).is_ok() {
+        if !is_temp {
+            continue;
+        }
+        // `file_type` does not follow links.
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        if (file != own || !regular) && fs::remove_file(entry.path()).is_ok() {
             removed.push(entry.path());
         }
     }
@@ -134,5 +167,45 @@ mod tests {
         for n in &names[1..] {
             assert!(dir.path().join(n).exists(), "{n}");
         }
+    }
+
+    #[test]
+    fn a_link_planted_at_a_temp_name_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        let p = dir.path().join("state");
+        // A symlink under this process's own temp name: the write must replace the link,
+        // not write through it nor chmod its target.
+        std::os::unix::fs::symlink(&victim, temp_of(&p)).unwrap();
+        write(&p, b"new", Some(0o600), true).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(
+            fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert!(fs::symlink_metadata(temp_of(&p)).is_err());
+        // A dangling link too (O_CREAT alone would create its target).
+        let target = dir.path().join("created-through-link");
+        std::os::unix::fs::symlink(&target, temp_of(&p)).unwrap();
+        write(&p, b"newer", None, false).unwrap();
+        assert!(fs::symlink_metadata(&target).is_err());
+        assert_eq!(fs::read(&p).unwrap(), b"newer");
+        // Cleanup removes links under any temp name, this PID's included, and never their
+        // targets; this process's own regular temp file (a write in progress) stays.
+        std::os::unix::fs::symlink(&victim, temp_of(&p)).unwrap();
+        let other = dir.path().join(".state.nodetopo-tmp.1");
+        std::os::unix::fs::symlink(&victim, &other).unwrap();
+        assert_eq!(remove_stale_temps(&p), {
+            let mut v = vec![temp_of(&p), other];
+            v.sort();
+            v
+        });
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        fs::write(temp_of(&p), b"in progress").unwrap();
+        assert!(remove_stale_temps(&p).is_empty());
+        assert!(temp_of(&p).exists());
     }
 }

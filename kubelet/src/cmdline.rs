@@ -120,6 +120,10 @@ pub struct KubeletCommandLine {
     pub config_dir: Option<String>,
     /// The configuration flags, which override the files.
     pub flags: ConfigFlags,
+    /// Why its command line could not be read as a kubelet's (a flag without a value, a
+    /// bad value of a configuration flag); it matters only for the kubelet nodetopo checks
+    /// ([`decide`]), so a broken command line elsewhere blocks nothing.
+    pub error: Option<String>,
 }
 
 /// Go's `strconv.ParseBool`.
@@ -255,10 +259,26 @@ fn set_reserved_memory(
 /// theirs that is not itself a flag is never taken for one. A bad value is an error naming
 /// the flag, as the kubelet refuses to start on it.
 pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
+    let k = parse_lenient(pid, args);
+    match k.error {
+        Some(e) => Err(e),
+        None => Ok(k),
+    }
+}
+
+/// [`parse`] that keeps what it read when a flag is broken, the first problem in `error`.
+pub fn parse_lenient(pid: u32, args: &[String]) -> KubeletCommandLine {
     let mut out = KubeletCommandLine {
         pid,
         ..Default::default()
     };
+    if let Err(e) = parse_into(&mut out, args) {
+        out.error = Some(e);
+    }
+    out
+}
+
+fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), String> {
     let mut memory_detached = false;
     let mut i = 0;
     while i < args.len() {
@@ -348,11 +368,48 @@ pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
         };
         set.map_err(|e| format!("--{name}={value}: {e}"))?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The command lines of the kubelet processes under `proc_root` (a process whose program
-/// file name is `kubelet`), by PID. Processes that end while being read are skipped.
+/// The effective uid of process `pid` (its `status` file's `Uid:` line), `None` when
+/// unreadable.
+fn effective_uid(dir: &Path) -> Option<u32> {
+    let bytes =
+        nodetopo_engine::files::read_bounded(&dir.join("status"), MAX_CMDLINE_BYTES).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let line = text.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The file name of the program process `dir` runs (`exe`, without the ` (deleted)` a
+/// replaced binary shows), `None` when the link cannot be read (a process of another
+/// user, or a caller without CAP_SYS_PTRACE: the agent's pod).
+fn executable_name(dir: &Path) -> Option<String> {
+    let target = std::fs::read_link(dir.join("exe")).ok()?;
+    let name = target.file_name()?.to_string_lossy().into_owned();
+    Some(name.strip_suffix(" (deleted)").unwrap_or(&name).to_string())
+}
+
+/// Whether the process in `dir` with command line `argv` is a kubelet: it runs as root
+/// (effective uid 0: no other user can start one, whatever it names itself) and its
+/// executable is a file named `kubelet`; only when the executable cannot be read does
+/// the program name in its command line count instead.
+fn is_kubelet(dir: &Path, argv: &[String]) -> bool {
+    if effective_uid(dir) != Some(0) {
+        return false;
+    }
+    match executable_name(dir) {
+        Some(exe) => exe == "kubelet",
+        None => argv
+            .first()
+            .is_some_and(|p| Path::new(p).file_name().and_then(|n| n.to_str()) == Some("kubelet")),
+    }
+}
+
+/// The command lines of the kubelet processes under `proc_root` (see [`is_kubelet`]: root
+/// processes whose executable is named `kubelet`), by PID. Processes that end while being
+/// read are skipped; a command line that cannot be read as a kubelet's is kept with its
+/// `error` (only the kubelet nodetopo checks must have a valid one).
 pub fn kubelets(proc_root: &Path) -> anyhow::Result<Vec<KubeletCommandLine>> {
     let entries = std::fs::read_dir(proc_root)
         .map_err(|e| anyhow::anyhow!("{}: cannot list processes: {e}", proc_root.display()))?;
@@ -367,23 +424,21 @@ pub fn kubelets(proc_root: &Path) -> anyhow::Result<Vec<KubeletCommandLine>> {
         else {
             continue;
         };
-        let path = entry.path().join("cmdline");
+        let dir = entry.path();
+        let path = dir.join("cmdline");
         // Gone, a kernel thread (empty), or not ours to read: not a kubelet to check.
         let Ok(bytes) = nodetopo_engine::files::read_bounded(&path, MAX_CMDLINE_BYTES) else {
             continue;
         };
         let argv = words(&bytes);
-        let Some(program) = argv.first() else {
-            continue;
-        };
-        if Path::new(program).file_name().and_then(|n| n.to_str()) != Some("kubelet") {
+        if argv.is_empty() || !is_kubelet(&dir, &argv) {
             continue;
         }
-        out.push(
-            parse(pid, &argv[1..]).map_err(|e| {
-                anyhow::anyhow!("the kubelet process {pid} ({}): {e}", path.display())
-            })?,
-        );
+        let mut k = parse_lenient(pid, &argv[1..]);
+        k.error = k
+            .error
+            .map(|e| format!("the kubelet process {pid} ({}): {e}", path.display()));
+        out.push(k);
     }
     out.sort_by_key(|k| k.pid);
     Ok(out)
@@ -486,6 +541,9 @@ pub fn decide(found: Vec<KubeletCommandLine>, check: &ProcessCheck) -> anyhow::R
             seen.join(", ")
         );
     };
+    if let Some(e) = &k.error {
+        anyhow::bail!("{e}");
+    }
     if !ours.is_empty() {
         anyhow::bail!(
             "kubelet processes {} and {} both run with --config {}: cannot tell which one to check",
@@ -683,7 +741,7 @@ mod tests {
     #[test]
     fn kubelets_are_found_under_a_proc_tree() {
         let dir = tempfile::tempdir().unwrap();
-        let put = |pid: &str, argv: &[&str]| {
+        let put_as = |pid: &str, uid: u32, exe: Option<&str>, argv: &[&str]| {
             let d = dir.path().join(pid);
             std::fs::create_dir_all(&d).unwrap();
             let mut bytes = Vec::new();
@@ -692,7 +750,16 @@ mod tests {
                 bytes.push(0);
             }
             std::fs::write(d.join("cmdline"), bytes).unwrap();
+            std::fs::write(
+                d.join("status"),
+                format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+            )
+            .unwrap();
+            if let Some(exe) = exe {
+                std::os::unix::fs::symlink(exe, d.join("exe")).unwrap();
+            }
         };
+        let put = |pid: &str, argv: &[&str]| put_as(pid, 0, None, argv);
         put("1", &["/sbin/init"]);
         put("2", &[]);
         put(
@@ -702,12 +769,49 @@ mod tests {
         put("41", &["/usr/bin/kubelet-helper", "--config=/c.yaml"]);
         put("self", &["kubelet"]);
         std::fs::create_dir_all(dir.path().join("99")).unwrap(); // ended: no cmdline
-        let found = kubelets(dir.path()).unwrap();
-        assert_eq!(found.len(), 1);
-        assert_eq!(
-            (found[0].pid, found[0].config_dir.as_deref()),
-            (40, Some("/d"))
+                                                                 // Named `kubelet` but not one: another user's process, a root process whose
+                                                                 // executable is a shell.
+        let bogus = ["kubelet", "--config=/c.yaml", "--feature-gates=A=maybe"];
+        put_as("42", 1000, None, &bogus);
+        put_as("43", 0, Some("/usr/bin/dash"), &bogus);
+        // The kubelet by its executable, whatever its command line calls it (a replaced
+        // binary shows ` (deleted)`).
+        put_as(
+            "44",
+            0,
+            Some("/opt/bin/kubelet (deleted)"),
+            &["kubelet-v1.37", "--config=/other.yaml", "--feature-gates=B"],
         );
+        let found = kubelets(dir.path()).unwrap();
+        assert_eq!(
+            found.iter().map(|k| k.pid).collect::<Vec<_>>(),
+            [40, 44],
+            "{found:?}"
+        );
+        assert_eq!(found[0].config_dir.as_deref(), Some("/d"));
+        assert!(found[0].error.is_none());
+        // A broken command line of a kubelet nodetopo does not check blocks nothing ...
+        let e = found[1].error.as_deref().unwrap();
+        assert!(
+            e.contains("the kubelet process 44") && e.contains("\"B\" is not GATE=BOOL"),
+            "{e}"
+        );
+        let c = ProcessCheck {
+            proc_root: dir.path().to_path_buf(),
+            host_config: PathBuf::from("/c.yaml"),
+            host_config_dir: PathBuf::from("/d"),
+        };
+        assert_eq!(
+            decide(found.clone(), &c).unwrap(),
+            Checked::Found(Box::new(found[0].clone()))
+        );
+        // ... while that of the checked one does.
+        let c = ProcessCheck {
+            host_config: PathBuf::from("/other.yaml"),
+            ..c
+        };
+        let e = decide(found, &c).unwrap_err().to_string();
+        assert!(e.contains("is not GATE=BOOL"), "{e}");
         let e = kubelets(&dir.path().join("missing"))
             .unwrap_err()
             .to_string();

@@ -263,10 +263,16 @@ fn parse_entries(
     field: &str,
 ) -> Result<BTreeMap<String, BTreeMap<String, CpuSet>>, String> {
     let mut out = BTreeMap::new();
+    let count: usize = raw.into_iter().flatten().map(|(_, c)| c.len()).sum();
+    if count > MAX_ENTRIES {
+        return Err(format!(
+            "{field} has {count} container entries, more than the {MAX_ENTRIES} nodetopo reads (no more than Linux's 8192 CPUs can be held exclusively)"
+        ));
+    }
     for (uid, containers) in raw.into_iter().flatten() {
         let mut m = BTreeMap::new();
         for (name, s) in containers {
-            let set = CpuSet::parse(s).map_err(|e| {
+            let set = bounded_cpu_set(s).map_err(|e| {
                 format!("could not parse cpuset {s:?} for container {name:?} in pod {uid:?} ({field}): {e}")
             })?;
             m.insert(name.clone(), set);
@@ -283,18 +289,23 @@ fn restore(
     checksum_check: ChecksumCheck,
     prefix: &str,
 ) -> Result<CpuCheckpoint, String> {
-    let default_cpu_set = CpuSet::parse(&d.default_cpu_set).map_err(|e| {
+    let default_cpu_set = bounded_cpu_set(&d.default_cpu_set).map_err(|e| {
         format!(
             "{prefix}defaultCpuSet {:?}: could not parse default CPU set: {e}",
             d.default_cpu_set
         )
     })?;
     let entries = parse_entries(d.entries.as_ref(), &format!("{prefix}entries"))?;
-    let pod_entries = d
-        .pod_entries
-        .unwrap_or_default()
+    let pods = d.pod_entries.unwrap_or_default();
+    if pods.len() > MAX_ENTRIES {
+        return Err(format!(
+            "{prefix}podEntries has {} pod entries, more than the {MAX_ENTRIES} nodetopo reads",
+            pods.len()
+        ));
+    }
+    let pod_entries = pods
         .into_iter()
-        .map(|(uid, s)| CpuSet::parse(&s).map(|c| (uid, c)))
+        .map(|(uid, s)| bounded_cpu_set(&s).map(|c| (uid, c)))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{prefix}podEntries: {e}"))?;
     Ok(CpuCheckpoint {
@@ -343,6 +354,7 @@ fn load_v4(obj: Option<&GoObject>) -> Result<Option<CpuCheckpoint>, String> {
     if let Some(e) = errors.into_iter().next() {
         return Err(format!("could not load v4 checkpoint: {e}"));
     }
+    check_members(&data, "the v4 checkpoint's data ")?;
     let inner =
         GoObject::parse(&data).map_err(|e| format!("could not load v4 checkpoint: data: {e}"))?;
     let mut d = decode(&inner, DATA_FIELDS);
@@ -364,6 +376,42 @@ fn load_v4(obj: Option<&GoObject>) -> Result<Option<CpuCheckpoint>, String> {
     restore(d, CheckpointFormat::V4, check, "data.").map(Some)
 }
 
+/// The most container entries (and pod entries) a checkpoint may hold: each holds at least
+/// one CPU exclusively, so a state the kubelet accepts has no more entries than CPUs, and
+/// Linux runs at most 8192 (the largest `NR_CPUS`).
+pub const MAX_ENTRIES: usize = 8192;
+
+/// The largest CPU id in a checkpoint (Linux's largest `NR_CPUS` less one): a CPU set is a
+/// bitmap, so an id bounds the memory each set takes (1 KiB at this id).
+pub const MAX_CPU_ID: usize = 8191;
+
+/// The most JSON object members (`"key":`) one checkpoint text (or its v4 `data`) may hold:
+/// every container and pod entry, a pod key for each, and the fixed fields. Counted before
+/// anything is decoded, so that a file of a million tiny entries is refused in a few
+/// milliseconds and a few megabytes instead of taking gigabytes.
+pub const MAX_MEMBERS: usize = 4 * MAX_ENTRIES + 64;
+
+fn check_members(text: &str, what: &str) -> Result<(), String> {
+    let n = gojson::count_members(text);
+    if n > MAX_MEMBERS {
+        return Err(format!(
+            "{what}has {n} JSON members, more than the {MAX_MEMBERS} nodetopo reads (at most {MAX_ENTRIES} container entries and {MAX_ENTRIES} pod entries: no more than Linux's 8192 CPUs can be held exclusively)"
+        ));
+    }
+    Ok(())
+}
+
+/// `s` parsed as a CPU set, refusing an id above [`MAX_CPU_ID`].
+fn bounded_cpu_set(s: &str) -> Result<CpuSet, String> {
+    let set = CpuSet::parse(s).map_err(|e| e.to_string())?;
+    match set.last() {
+        Some(max) if max > MAX_CPU_ID => Err(format!(
+            "CPU {max} is above the largest CPU id nodetopo reads ({MAX_CPU_ID}, as Linux's largest NR_CPUS)"
+        )),
+        _ => Ok(set),
+    }
+}
+
 /// Reads a checkpoint's text as the kubelet v1.37.2 restores it with its default feature
 /// gates.
 pub fn parse(text: &str) -> Result<CpuCheckpoint, String> {
@@ -374,7 +422,10 @@ pub fn parse(text: &str) -> Result<CpuCheckpoint, String> {
 /// `gates`. [`CpuCheckpoint::pod_entries`] holds what the file says either way (the kubelet
 /// restores them only with `PodLevelResourceManagers` on; with it off, CPUs held there are
 /// in no set it restores, and its static policy refuses to start).
+/// A text with more than [`MAX_MEMBERS`] members, more than [`MAX_ENTRIES`] entries or a
+/// CPU id above [`MAX_CPU_ID`] is refused, naming the limit.
 pub fn parse_gated(text: &str, gates: ReadGates) -> Result<CpuCheckpoint, String> {
+    check_members(text, "the checkpoint ")?;
     // A text Go cannot parse sets no field: every version fails, with the parse error.
     let parsed = GoObject::parse(text);
     if let Some(v4) = load_v4(parsed.as_ref().ok())? {

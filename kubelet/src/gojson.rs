@@ -55,6 +55,29 @@ pub fn check_depth(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The number of object members (`:` outside strings) in `text`, counted without
+/// allocating: a bound on the maps a decode of it builds.
+pub fn count_members(text: &str) -> usize {
+    let mut n = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b == b':' {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// One JSON object's members in file order, each value kept as its text.
 #[derive(Debug)]
 pub struct GoObject {

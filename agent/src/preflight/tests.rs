@@ -214,6 +214,9 @@ fn reads_a_host_tree_and_its_proc() {
         "proc/812/cmdline",
         b"/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--node-ip=10.0.0.5\0",
     );
+    // The kubelet runs as root (its executable is not readable in a tree like this one: the
+    // program name counts).
+    write("proc/812/status", b"Name:\tkubelet\nUid:\t0\t0\t0\t0\n");
     write("proc/900/cmdline", b"/usr/sbin/sshd\0-D\0");
     write("proc/self/cmdline", b"x\0");
     write(

@@ -114,10 +114,15 @@ impl RealKubelet {
         let port = free_port();
         let mut runtime = None;
         let mut extra_config = String::new();
-        // The kubelet runs through a link named `kubelet`, with a kubelet's own command line,
-        // so nodetopo's check of /proc/PID/cmdline finds it as it finds a node's kubelet.
+        // The kubelet runs from an executable file named `kubelet` (a hard link: nodetopo
+        // knows a kubelet by its executable, /proc/PID/exe, which a symlink would resolve
+        // to kubelet-standalone), with a kubelet's own command line, so nodetopo's check
+        // finds it as it finds a node's kubelet. A copy when the link cannot be made.
         fs::create_dir_all(dir.path().join("bin")).unwrap();
-        std::os::unix::fs::symlink(bin, dir.path().join("bin/kubelet")).unwrap();
+        let exe = dir.path().join("bin/kubelet");
+        if fs::hard_link(bin, &exe).is_err() {
+            fs::copy(bin, &exe).unwrap();
+        }
         let mut kubelet_cri = format!("NODETOPO_FAKE_CRI_SOCKET='{d}/cri.sock'");
         if let Some(manifest) = static_pod {
             fs::write(dir.path().join("manifests/pod.yaml"), manifest).unwrap();

@@ -22,8 +22,8 @@
 //! 5. An alpha CPU manager option whose feature gate the kubelet's configuration leaves off:
 //!    nodetopo refuses it before planning (exit 2), nothing is written, no restart.
 //! 6. A beta option with the beta gate off on this kubelet's command line: nodetopo reads
-//!    the command line from /proc/PID/cmdline (the kubelet runs through a link named
-//!    `kubelet`, with a kubelet's own flags) and refuses before planning.
+//!    the command line from /proc/PID/cmdline (the kubelet runs as root from a hard link
+//!    named `kubelet`, its executable, with a kubelet's own flags) and refuses before planning.
 //! 7. The same policy with `--no-kubelet-process-check` (a node where nodetopo cannot see
 //!    the kubelet's process): the kubelet refuses it at start, apply rolls back and the
 //!    kubelet runs again on the previous drop-in.

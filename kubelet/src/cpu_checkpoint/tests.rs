@@ -166,3 +166,48 @@ fn pod_entries_are_read_and_refused_by_the_planner() {
     // The v3 load fails (bad cpuSet, zero checksum): v2, which has no podEntries.
     assert_eq!(e.format, CheckpointFormat::V2);
 }
+
+/// A checkpoint of `n` pods with one container each on `cpus`, as the kubelet writes it.
+fn many(n: usize, cpus: &str, format: CheckpointFormat) -> String {
+    let mut st = CpuState {
+        default_cpuset: CpuSet::parse("0").unwrap(),
+        ..Default::default()
+    };
+    let set = CpuSet::parse(cpus).unwrap();
+    for i in 0..n {
+        st.set(&format!("p{i}"), "c", set.clone());
+    }
+    render(
+        &KubeletCpuState {
+            policy_name: "static".into(),
+            state: st,
+        },
+        format,
+    )
+}
+
+#[test]
+fn hostile_sizes_are_refused_before_they_are_decoded() {
+    // At the limit: read (v2 and v4, whose text holds the entries twice).
+    for format in [CheckpointFormat::V2, CheckpointFormat::V4] {
+        let c = parse(&many(MAX_ENTRIES, "1", format)).unwrap();
+        assert_eq!(c.entries.len(), MAX_ENTRIES);
+    }
+    // One more entry than CPUs Linux can run: refused, naming the limit.
+    let e = parse(&many(MAX_ENTRIES + 1, "1", CheckpointFormat::V2)).unwrap_err();
+    assert!(
+        e.contains("8193 container entries, more than the 8192"),
+        "{e}"
+    );
+    // A flood of tiny entries is refused by the member count, before any map is built.
+    let flood = many(20_000, "1", CheckpointFormat::V4);
+    let e = parse(&flood).unwrap_err();
+    assert!(e.contains("JSON members, more than the 32832"), "{e}");
+    // A CPU id past Linux's largest NR_CPUS (each set is a bitmap up to its highest id).
+    let e = parse(&many(2, "1048575", CheckpointFormat::V2)).unwrap_err();
+    assert!(
+        e.contains("CPU 1048575 is above the largest CPU id nodetopo reads (8191"),
+        "{e}"
+    );
+    assert!(parse(&many(2, "8191", CheckpointFormat::V2)).is_ok());
+}

@@ -24,7 +24,9 @@ use tonic::transport::{Endpoint, Uri};
 #[allow(clippy::all, missing_docs)]
 pub mod v1;
 
-use v1::pod_resources_lister_client::PodResourcesListerClient;
+pub mod bounded;
+
+use bounded::{BoundedCodec, Msg};
 use v1::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse,
@@ -73,7 +75,7 @@ pub enum PodResourcesError {
         id: i64,
     },
     /// A CPU id that cannot be one.
-    #[error("PodResources: {what} lists CPU id {id}, which is not a valid CPU id")]
+    #[error("PodResources: {what} lists CPU id {id}, which is not a valid CPU id (nodetopo reads ids 0 to 8191, Linux's largest NR_CPUS)")]
     BadCpuId {
         /// `pod ns/name container c` or `allocatable`.
         what: String,
@@ -147,7 +149,8 @@ fn cpu_set(ids: &[i64], what: impl Fn() -> String) -> Result<CpuSet, PodResource
     let mut out = CpuSet::new();
     for id in ids {
         match usize::try_from(*id) {
-            Ok(u) if u <= nodetopo_engine::cpuset::MAX_CPU_ID => out.insert(u),
+            // A CPU set is a bitmap: the id bounds its memory (1 KiB at the largest).
+            Ok(u) if u <= nodetopo_kubelet::cpu_checkpoint::MAX_CPU_ID => out.insert(u),
             _ => {
                 return Err(PodResourcesError::BadCpuId {
                     what: what(),
@@ -321,7 +324,8 @@ pub async fn read(socket: &Path, timeout: Duration) -> Result<KubeletView, PodRe
             socket: path.clone(),
             source,
         })?;
-    let mut client = PodResourcesListerClient::new(channel);
+    // The generated client's calls with prost's codec replaced by the bounded one.
+    let mut client = tonic::client::Grpc::new(channel);
     let deadline = |call: &'static str| PodResourcesError::Timeout {
         socket: path.clone(),
         call,
@@ -332,15 +336,37 @@ pub async fn read(socket: &Path, timeout: Duration) -> Result<KubeletView, PodRe
         call,
         status: Box::new(status),
     };
-    let list = tokio::time::timeout(timeout, client.list(ListPodResourcesRequest {}))
-        .await
-        .map_err(|_| deadline("List"))?
-        .map_err(|s| failed("List", s))?
-        .into_inner();
-    let allocatable = tokio::time::timeout(
-        timeout,
-        client.get_allocatable_resources(AllocatableResourcesRequest {}),
-    )
+    use tonic::codegen::http::uri::PathAndQuery;
+    let list: ListPodResourcesResponse = tokio::time::timeout(timeout, async {
+        client
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
+        client
+            .unary(
+                tonic::Request::new(ListPodResourcesRequest {}),
+                PathAndQuery::from_static("/v1.PodResourcesLister/List"),
+                BoundedCodec::<ListPodResourcesRequest, _>::new(Msg::List),
+            )
+            .await
+    })
+    .await
+    .map_err(|_| deadline("List"))?
+    .map_err(|s| failed("List", s))?
+    .into_inner();
+    let allocatable: AllocatableResourcesResponse = tokio::time::timeout(timeout, async {
+        client
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
+        client
+            .unary(
+                tonic::Request::new(AllocatableResourcesRequest {}),
+                PathAndQuery::from_static("/v1.PodResourcesLister/GetAllocatableResources"),
+                BoundedCodec::<AllocatableResourcesRequest, _>::new(Msg::Allocatable),
+            )
+            .await
+    })
     .await
     .map_err(|_| deadline("GetAllocatableResources"))?
     .map_err(|s| failed("GetAllocatableResources", s))?

@@ -210,7 +210,7 @@ async fn failures_name_the_socket_the_call_and_the_value() {
     let e = view(&bad, &AllocatableResourcesResponse::default()).expect_err("refused");
     assert_eq!(
         e.to_string(),
-        "PodResources: pod default/web-0 container app lists CPU id -3, which is not a valid CPU id"
+        "PodResources: pod default/web-0 container app lists CPU id -3, which is not a valid CPU id (nodetopo reads ids 0 to 8191, Linux's largest NR_CPUS)"
     );
     let bad_numa = AllocatableResourcesResponse {
         devices: vec![devices("example.com/nic", &["vf0"], &[-1])],
