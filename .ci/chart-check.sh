@@ -140,6 +140,8 @@ render podresources-only --set agent.readPodResources=true
 render podresources-off --set agent.readPodResources=false
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
+render nrt-kubelet-config --set nrt.enabled=true --set agent.readKubeletConfig=true
+render actuation-nrt --set agent.actuation.enabled=true --set nrt.enabled=true
 render host-network --set agent.hostNetwork=true --set operator.hostNetwork=true \
   --set apiServer.host=10.1.2.3 --set-string apiServer.port=6443
 render actuation-private --set agent.actuation.enabled=true --set agent.actuation.systemdBus=private
@@ -185,7 +187,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources nrt-kubelet-config actuation-nrt actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -254,6 +256,14 @@ bad_case hide-kubelet-path "at '/agent/actuation/hideKubeletPaths/0'" \
 bad_case eviction-namespace "at '/agent/actuation/evictionNamespaces/0'" \
   'agent: {actuation: {evictionNamespaces: [Team_A]}}'
 
+if out=$("$HELM" template "$RELEASE" "$CHART" --set agent.readKubeletConfig=true 2>&1); then
+  fail "helm template accepted agent.readKubeletConfig without nrt.enabled"
+elif grep -q "agent.readKubeletConfig needs nrt.enabled" <<<"$out"; then
+  pass "agent.readKubeletConfig without nrt.enabled rejected, naming both"
+else
+  fail "agent.readKubeletConfig without nrt.enabled failed without the expected message: $out"
+fi
+
 if out=$("$HELM" template "$RELEASE" "$CHART" --set-string apiServer.port=6443 2>&1); then
   fail "helm template accepted apiServer.port without apiServer.host"
 elif grep -q "apiServer.port needs apiServer.host" <<<"$out"; then
@@ -303,6 +313,7 @@ PODRES_DIR = KUBELET_ROOT + "/pod-resources"
 agent_args = [a for w in by_kind("DaemonSet")
               for c in w["spec"]["template"]["spec"].get("containers", []) for a in c.get("args", [])]
 actuation_on = "--actuation" in agent_args
+read_kubelet_config = "--read-kubelet-config" in agent_args
 dry_run = "--kubelet-restart=none" in agent_args
 ACTUATION_RW = set() if dry_run else {"kubelet-conf-d", "kubelet-dir"}
 DBUS_SOCKETS = {"/run/dbus/system_bus_socket", "/run/systemd/private"}
@@ -454,6 +465,10 @@ for w in workloads:
             # (pki/ holds the kubelet's client key, pods/ every pod's secrets and tokens).
             if actuation_on and comp == "agent" and v["name"] in {"kubelet-conf-d", "kubelet-dir", "kubelet-config"}:
                 pass
+            elif read_kubelet_config and comp == "agent" and v["name"] == "kubelet-config":
+                # agent.readKubeletConfig: the --config file alone (it holds no key), read-only.
+                check(v["hostPath"].get("type") == "File" and v["name"] not in mounts_rw,
+                      f"{name}: the kubelet's config file mounted alone (type File), read-only ({hp})")
             elif hp.rstrip("/") == KUBELET_ROOT or hp.startswith(KUBELET_ROOT + "/"):
                 ok = ((hp == KUBELET_ROOT + "/cpu_manager_state" and v["hostPath"].get("type") == "File")
                       or (hp == PODRES_DIR and v["hostPath"].get("type") == "Directory"
@@ -596,6 +611,31 @@ if actuation_on:
 else:
     check(("", "pods/eviction") not in agent, "agent: no evictions without agent.actuation.enabled")
     check(not evict_roles, "agent: no eviction Roles without agent.actuation.enabled")
+# agent.readKubeletConfig (nrt.enabled): the kubelet's --config file and --config-dir
+# mounted read-only (nothing else of the kubelet's directory), the flags pointing into them.
+agent_pods = [w["spec"]["template"]["spec"] for w in by_kind("DaemonSet") if component(w) == "agent"]
+cfg_mounts = {m["name"]: m for p in agent_pods for c in p.get("containers", [])
+              for m in c.get("volumeMounts", []) if m["name"] in ("kubelet-config", "kubelet-conf-d")}
+cfg_vols = {v["name"]: v for p in agent_pods for v in p.get("volumes", [])
+            if v["name"] in ("kubelet-config", "kubelet-conf-d")}
+if read_kubelet_config and not actuation_on:
+    check("--nrt" in agent_args, "agent (readKubeletConfig): only with --nrt")
+    check(set(cfg_mounts) == {"kubelet-config", "kubelet-conf-d"}
+          and all(m.get("readOnly") is True and not m.get("mountPropagation") for m in cfg_mounts.values())
+          and cfg_mounts["kubelet-config"]["mountPath"] == "/host/kubelet-config/config.yaml"
+          and cfg_mounts["kubelet-conf-d"]["mountPath"] == "/host/kubelet-conf.d",
+          "agent (readKubeletConfig): the kubelet's config file and drop-in directory mounted read-only")
+    check(cfg_vols.get("kubelet-config", {}).get("hostPath") == {"path": "/var/lib/kubelet/config.yaml", "type": "File"}
+          and cfg_vols.get("kubelet-conf-d", {}).get("hostPath") == {"path": "/etc/kubernetes/kubelet.conf.d", "type": "Directory"},
+          "agent (readKubeletConfig): hostPaths of the file (File) and the drop-in directory (Directory: nothing created on the host)")
+    check({"--kubelet-config=/host/kubelet-config/config.yaml", "--kubelet-config-dir=/host/kubelet-conf.d"} <= set(agent_args),
+          "agent (readKubeletConfig): --kubelet-config and --kubelet-config-dir point into the mounts")
+elif not actuation_on:
+    check(not cfg_mounts and not cfg_vols, "agent: no kubelet configuration mounted without readKubeletConfig or actuation")
+if actuation_on and "--nrt" in agent_args:
+    check(read_kubelet_config, "agent (actuation, nrt): reads the kubelet configuration it mounts anyway (--read-kubelet-config)")
+elif "--nrt" not in agent_args:
+    check(not read_kubelet_config, "agent: no --read-kubelet-config without --nrt")
 check(agent, "agent ClusterRole rendered")
 for (group, res), verbs in agent.items():
     allowed = agent_allowed.get((group, res), set())
@@ -766,7 +806,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "nrt-kubelet-config yes no" "actuation-nrt yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"

@@ -80,6 +80,12 @@ pub struct Args {
     /// assigned (empty: not read; then the CPU manager checkpoint, else the agent's own).
     #[arg(long, default_value = inputs::podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
+    /// With --nrt: read the kubelet's configuration file (--kubelet-config) and drop-in
+    /// directory (--kubelet-config-dir; empty: none) every 10 s, for the topology manager
+    /// policy and scope the NodeResourceTopology publishes (else: the configuration
+    /// actuation last verified, else the spec, marked unverified).
+    #[arg(long, env = "NODETOPO_READ_KUBELET_CONFIG")]
+    pub read_kubelet_config: bool,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
     pub actuation: actuation::ActuationArgs,
@@ -154,6 +160,13 @@ fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
         node,
         nrt: args.nrt,
         pod_resources_socket: args.pod_resources_socket.clone(),
+        kubelet_config: args.read_kubelet_config.then(|| {
+            let dir = &args.actuation.kubelet_config_dir;
+            shells::kube::KubeletConfigPaths {
+                config: args.actuation.kubelet_config.clone(),
+                config_dir: (!dir.as_os_str().is_empty()).then(|| dir.clone()),
+            }
+        }),
         actuation: args.actuation.clone(),
     })
 }

@@ -33,6 +33,12 @@ pub const PROGRESSING: &str = "Progressing";
 /// built from the node's state (reasons `Built`, `BuildFailed`); False means the object is
 /// not updated until the contradiction named in the message is gone.
 pub const NODE_RESOURCE_TOPOLOGY: &str = "NodeResourceTopology";
+/// NodeTopology (agent with `--nrt`): whether the topology manager policy and scope the
+/// NodeResourceTopology publishes come from the running kubelet (its configuration files, or
+/// an apply actuation verified) and every other source agrees: True `Agree`, False
+/// `Disagree` (the message names each source and its values) or `Unverified` (only the
+/// spec is known, published as `SpecUnverified`).
+pub const TOPOLOGY_MANAGER_AGREEMENT: &str = "TopologyManagerAgreement";
 
 /// Condition reasons (PascalCase), grouped by the condition they explain.
 pub mod reason {
@@ -42,6 +48,10 @@ pub mod reason {
     pub const BUILT: &str = "Built";
     /// The node's state contradicts itself or the machine; the object is not updated.
     pub const BUILD_FAILED: &str = "NodeResourceTopologyBuildFailed";
+    // TopologyManagerAgreement (NodeTopology, agent with --nrt) also uses Agree and Disagree.
+    /// TopologyManagerAgreement False: only the spec is known; nothing confirms the kubelet
+    /// runs it.
+    pub const UNVERIFIED: &str = "Unverified";
     // Ready (NodeResourcePolicy).
     /// Ready False, Invalid True: the policy's spec is invalid.
     pub const INVALID_SPEC: &str = "InvalidSpec";

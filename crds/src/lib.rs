@@ -29,7 +29,7 @@ pub use config::{
 };
 pub use nodetopology::{
     ChangeStatus, ChangeStepStatus, KubeletAssignment, KubeletObserved, KubeletSource,
-    NodeTopology, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PolicyRef,
+    NodeTopology, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, NrtReport, PolicyRef,
     PoolsReport,
 };
 pub use policy::{

@@ -240,6 +240,28 @@ pub struct NodeTopologyStatus {
     /// Actuation: the last change the agent planned for the kubelet, and what it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change: Option<ChangeStatus>,
+    /// Agent with `--nrt`: what its NodeResourceTopology publishes of the topology manager,
+    /// and from where (the `TopologyManagerAgreement` condition says whether the sources
+    /// agree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_resource_topology: Option<NrtReport>,
+}
+
+/// The topology manager configuration the node's NodeResourceTopology publishes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NrtReport {
+    /// `topologyManagerPolicy` as published.
+    pub topology_manager_policy: String,
+    /// `topologyManagerScope` as published.
+    pub topology_manager_scope: String,
+    /// `topologyManagerMaxNUMANodes` as published.
+    #[serde(rename = "topologyManagerMaxNUMANodes")]
+    pub topology_manager_max_numa_nodes: i32,
+    /// Where they came from: `KubeletConfig` (the kubelet's configuration file and
+    /// drop-ins), `Applied` (the configuration actuation applied and verified) or
+    /// `SpecUnverified` (the spec; nothing confirms the kubelet runs it).
+    pub topology_manager_source: String,
 }
 
 /// One step of a change plan.

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use nodetopo_crds::nrt::memory::{memory_tables, MemoryBlock, MemoryReportError};
 use nodetopo_crds::nrt::{
     build, AllocationSource, CpuAccounting, DeviceInventory, MemoryManagerView, NrtInput,
-    ReservedSource, TopologyManagerView,
+    ReservedSource, TopologyManagerSource, TopologyManagerView,
 };
 use nodetopo_engine::topology::{CpuInfo, NumaNode, UncoreCache};
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
@@ -200,6 +200,7 @@ fn object(
             scope: TmScope::Container,
             max_numa_nodes: 8,
         },
+        topology_manager_source: TopologyManagerSource::SpecUnverified,
         memory,
         pods: &[],
         source: AllocationSource::PodResources,

@@ -39,6 +39,7 @@ use crate::daemon::kubelet_state::KubeletCpuState;
 use nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint;
 
 mod kubelet;
+mod topology_manager;
 
 use kubelet::show_kubelet_assignments;
 
@@ -191,6 +192,9 @@ pub enum Event {
     Actuation(Box<Outcome>),
     /// NodeResourceTopology (`--nrt`): whether the last object could be built, or why not.
     NrtBuilt(Result<(), String>),
+    /// The kubelet's topology manager configuration from its files (`--read-kubelet-config`):
+    /// read, or why not.
+    KubeletConfig(Result<nodetopo_crds::nrt::TopologyManagerView, String>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -235,6 +239,11 @@ pub struct Core {
     /// Whether the NodeResourceTopology object could be built (`--nrt` only; published as
     /// the `NodeResourceTopology` condition).
     nrt_built: Option<Result<(), String>>,
+    /// The kubelet's topology manager configuration from its files, as last read (`None`:
+    /// not read).
+    kubelet_config: Option<Result<nodetopo_crds::nrt::TopologyManagerView, String>>,
+    /// The topology manager configuration of the last apply actuation verified.
+    verified_tm: Option<nodetopo_crds::nrt::TopologyManagerView>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -294,6 +303,8 @@ impl Core {
             pod_problems: Vec::new(),
             actuation: None,
             nrt_built: None,
+            kubelet_config: None,
+            verified_tm: None,
             tally: Tally::default(),
         }
     }
@@ -344,6 +355,7 @@ impl Core {
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
             Event::NrtBuilt(b) => self.nrt_built = Some(b),
+            Event::KubeletConfig(c) => self.kubelet_config = Some(c),
             Event::Actuation(a) => {
                 let mut a = *a;
                 // A restart's True verdict names the agreement its verify step confirmed on
@@ -359,6 +371,7 @@ impl Core {
                         k.message
                     );
                 }
+                self.note_verified_apply(&a);
                 self.actuation = Some(a);
             }
         }
@@ -581,6 +594,15 @@ impl Core {
             };
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
+        // With the object (agent with --nrt): where its topology manager configuration
+        // came from, and whether the sources agree.
+        let tm = self
+            .nrt_built
+            .as_ref()
+            .and_then(|_| self.topology_manager_status());
+        if let Some((_, c)) = &tm {
+            conditions::upsert(&mut conds, c, self.generation, now);
+        }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -602,6 +624,7 @@ impl Core {
             }),
             summary: Some(summary),
             change: self.actuation.as_ref().and_then(|a| a.change.clone()),
+            node_resource_topology: tm.map(|(report, _)| report),
         }
     }
 

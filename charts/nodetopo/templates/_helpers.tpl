@@ -91,6 +91,21 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+Whether the agent reads the kubelet's configuration files for the topology manager
+configuration its NodeResourceTopology publishes: with nrt.enabled, when
+agent.readKubeletConfig mounts them read-only, or when actuation mounts them anyway.
+Renders "true" or nothing.
+*/}}
+{{- define "nodetopo.readKubeletConfig" -}}
+{{- if and .Values.agent.readKubeletConfig (not .Values.nrt.enabled) -}}
+{{- fail "agent.readKubeletConfig needs nrt.enabled: the files are read only for the NodeResourceTopology's topology manager policy and scope" -}}
+{{- end -}}
+{{- if and .Values.nrt.enabled (or .Values.agent.readKubeletConfig .Values.agent.actuation.enabled) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The uid the agent container runs as: 0 to reach the PodResources socket or for actuation, else agent.runAsUser. */}}
 {{- define "nodetopo.agentUid" -}}
 {{- if or (include "nodetopo.podResources" .) .Values.agent.actuation.enabled -}}

@@ -16,7 +16,7 @@
 //!   `memory` and each `hugepages-<size>` when the node's size is known;
 //! - node attributes `topologyManagerPolicy`, `topologyManagerScope`,
 //!   `topologyManagerMaxNUMANodes` with the kubelet's names and the values the plugin
-//!   accepts, and `nodeTopologyPodsFingerprint` + `nodeTopologyPodsFingerprintMethod`;
+//!   accepts (the running kubelet's where known: see [`super::tmsource`]), and `nodeTopologyPodsFingerprint` + `nodeTopologyPodsFingerprintMethod`;
 //! - no deprecated `topologyPolicies`: the plugin reads the attributes (and logs two lines
 //!   per Filter/Score and node for every object that still carries the old field).
 //!
@@ -39,6 +39,7 @@ use nodetopo_engine::{CpuSet, CpuTopology};
 use super::fingerprint::{self, PodFingerprint};
 use super::memory::MemoryTables;
 use super::podset::{self, NodePod};
+use super::tmsource::{TopologyManagerSource, ATTR_TM_SOURCE};
 use super::types::{
     AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, API_VERSION, KIND,
     ZONE_TYPE_L3_CACHE, ZONE_TYPE_NUMA_NODE,
@@ -213,6 +214,8 @@ pub struct NrtInput<'a> {
     pub reserved_source: ReservedSource,
     /// Topology manager configuration.
     pub topology_manager: TopologyManagerView,
+    /// Where `topology_manager` came from (see [`super::tmsource`]).
+    pub topology_manager_source: TopologyManagerSource,
     /// What is known of the Memory Manager: its tables per NUMA node under `Static`, policy
     /// `None`, or nothing (no PodResources answer): sizes then come from the topology alone.
     pub memory: MemoryManagerView<'a>,
@@ -424,7 +427,8 @@ fn numa_zones(input: &NrtInput<'_>, node_ids: &[usize], countable: &CpuSet) -> V
 
 /// The object's attributes: topology manager policy, scope and NUMA limit, the pod
 /// fingerprint and its method, CPU manager policy and options, how `available` counts CPUs,
-/// the Memory Manager policy and where the allocations came from.
+/// the Memory Manager policy, where the allocations, the reserved CPUs and the topology
+/// manager configuration came from.
 fn node_attributes(
     input: &NrtInput<'_>,
     cpu_available_mode: &str,
@@ -468,6 +472,10 @@ fn node_attributes(
     attributes.push(AttributeInfo::new(
         ATTR_RESERVED_SOURCE,
         input.reserved_source.as_str(),
+    ));
+    attributes.push(AttributeInfo::new(
+        ATTR_TM_SOURCE,
+        input.topology_manager_source.as_str(),
     ));
     attributes
 }

@@ -5,13 +5,16 @@
 //! - [`build`]: the pure builder (topology + configuration + allocations -> object);
 //! - [`fingerprint`]: the pod-set fingerprint the scheduler's reserve cache checks;
 //! - [`memory`]: the Static Memory Manager's tables from the kubelet's report;
-//! - [`podset`]: which pods the scheduler plugin fingerprints (its rule).
+//! - [`podset`]: which pods the scheduler plugin fingerprints (its rule);
+//! - [`tmsource`]: which topology manager policy and scope to publish (the kubelet's, where
+//!   known), and whether the sources agree.
 
 pub mod build;
 pub mod fingerprint;
 pub mod from_engine;
 pub mod memory;
 pub mod podset;
+pub mod tmsource;
 pub mod types;
 
 pub use build::{
@@ -20,6 +23,7 @@ pub use build::{
 };
 pub use fingerprint::PodFingerprint;
 pub use podset::NodePod;
+pub use tmsource::{TmAgreement, TmResolution, TmSources, TopologyManagerSource};
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 
 #[cfg(test)]

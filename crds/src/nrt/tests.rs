@@ -10,6 +10,7 @@ use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::build::*;
 use super::podset::NodePod;
+use super::tmsource::TopologyManagerSource;
 
 const GI: u64 = 1 << 30;
 
@@ -61,6 +62,7 @@ fn input<'a>(t: &'a CpuTopology, cpu: CpuAccounting, pods: &'a [NodePod<'a>]) ->
             scope: TmScope::Pod,
             max_numa_nodes: 8,
         },
+        topology_manager_source: TopologyManagerSource::SpecUnverified,
         memory: MemoryManagerView::None,
         pods,
         source: AllocationSource::PodResources,
@@ -307,5 +309,34 @@ fn devices_per_numa_zone_and_unknown_nodes_refused() {
     assert_eq!(
         e.to_string(),
         "device gpu9 of resource example.com/gpu is attached to NUMA node 7, which this machine does not have"
+    );
+}
+
+#[test]
+fn topology_manager_attributes_follow_the_view_and_name_its_source() {
+    let t = machine();
+    let none = CpuAccounting::PolicyNone {
+        reserved: CpuSet::new(),
+    };
+    let mut i = input(&t, none, &[]);
+    i.topology_manager = TopologyManagerView {
+        policy: TmPolicy::Restricted,
+        scope: TmScope::Container,
+        max_numa_nodes: 16,
+    };
+    i.topology_manager_source = TopologyManagerSource::KubeletConfig;
+    let o = build(&i).expect("builds");
+    assert_eq!(o.attribute(ATTR_TM_POLICY), Some("restricted"));
+    assert_eq!(o.attribute(ATTR_TM_SCOPE), Some("container"));
+    assert_eq!(o.attribute(ATTR_TM_MAX_NUMA_NODES), Some("16"));
+    assert_eq!(
+        o.attribute(super::tmsource::ATTR_TM_SOURCE),
+        Some("KubeletConfig")
+    );
+    i.topology_manager_source = TopologyManagerSource::SpecUnverified;
+    let o = build(&i).expect("builds");
+    assert_eq!(
+        o.attribute(super::tmsource::ATTR_TM_SOURCE),
+        Some("SpecUnverified")
     );
 }

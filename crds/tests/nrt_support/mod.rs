@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nodetopo_crds::nrt::{
     self, from_engine, AllocationSource, DeviceInventory, MemoryManagerView, NodePod,
-    NodeResourceTopology, NrtInput, ReservedSource,
+    NodeResourceTopology, NrtInput, ReservedSource, TopologyManagerSource,
 };
 use nodetopo_engine::admission::{CpuManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
@@ -147,6 +147,7 @@ impl NodeState {
             cpu: from_engine::cpu_accounting(&self.config.cpu, &self.admitter.pools()),
             reserved_source: ReservedSource::Spec,
             topology_manager: from_engine::topology_manager_view(&self.config),
+            topology_manager_source: TopologyManagerSource::SpecUnverified,
             memory: MemoryManagerView::Unknown,
             pods: &pods,
             source: AllocationSource::Agent,

@@ -284,7 +284,92 @@ impl<P: Provider> Scenario<'_, P> {
                 "   {node}: NodeResourceTopology zones count {taken} exclusive CPU(s) taken"
             ));
             self.check_nrt_fingerprint(&api, &node).await?;
+            self.check_nrt_topology_manager(&api, &node).await?;
         }
+        Ok(())
+    }
+
+    /// The published `topologyManagerPolicy`/`topologyManagerScope` of `node` are the
+    /// running kubelet's (its `/configz`), with the source named in the object
+    /// (`nodetopo.io/topologyManagerSource`) and in NodeTopology `status.nodeResourceTopology`
+    /// alike; with actuation on (the kubelet's files mounted) that source is `KubeletConfig`.
+    /// Polled: the agent reads the files on its 10 s kubelet tick.
+    async fn check_nrt_topology_manager(
+        &mut self,
+        api: &Api<DynamicObject>,
+        node: &str,
+    ) -> Result<()> {
+        use nodetopo_crds::nrt::build::{ATTR_TM_POLICY, ATTR_TM_SCOPE};
+        use nodetopo_crds::nrt::tmsource::ATTR_TM_SOURCE;
+        use nodetopo_crds::nrt::NodeResourceTopology;
+        let Some(config) = self.provider.kubelet_configz(node).await? else {
+            return Ok(());
+        };
+        let want_policy = config["topologyManagerPolicy"]
+            .as_str()
+            .unwrap_or("none")
+            .to_string();
+        let want_scope = config["topologyManagerScope"]
+            .as_str()
+            .unwrap_or("container")
+            .to_string();
+        let want_source = self.provider.actuation().then_some("KubeletConfig");
+        let topologies = self.topologies.clone();
+        let source = poll_until(
+            &format!(
+                "NodeResourceTopology {node}: topology manager {want_policy}/{want_scope} as the kubelet's /configz, source {}",
+                want_source.unwrap_or("named")
+            ),
+            self.settings.timeout,
+            Duration::from_millis(500),
+            || {
+                let (api, topologies) = (api.clone(), topologies.clone());
+                let (want_policy, want_scope) = (want_policy.clone(), want_scope.clone());
+                async move {
+                    let obj = match api.get_opt(node).await {
+                        Ok(Some(o)) => o,
+                        Ok(None) => return Progress::Pending("no object yet".into()),
+                        Err(e) => return Progress::Failed(e.to_string()),
+                    };
+                    let nrt: NodeResourceTopology = match serde_json::to_value(&obj)
+                        .and_then(serde_json::from_value)
+                    {
+                        Ok(n) => n,
+                        Err(e) => return Progress::Failed(format!("NodeResourceTopology {node}: {e}")),
+                    };
+                    let attr = |n: &str| nrt.attribute(n).unwrap_or_default().to_string();
+                    let (policy, scope, source) =
+                        (attr(ATTR_TM_POLICY), attr(ATTR_TM_SCOPE), attr(ATTR_TM_SOURCE));
+                    let status_source = match topologies.get_opt(node).await {
+                        Ok(o) => o
+                            .and_then(|o| {
+                                o.data["status"]["nodeResourceTopology"]["topologyManagerSource"]
+                                    .as_str()
+                                    .map(String::from)
+                            })
+                            .unwrap_or_default(),
+                        Err(e) => return Progress::Failed(e.to_string()),
+                    };
+                    if policy == want_policy
+                        && scope == want_scope
+                        && !source.is_empty()
+                        && want_source.is_none_or(|w| w == source)
+                        && status_source == source
+                    {
+                        Progress::Done(source)
+                    } else {
+                        Progress::Pending(format!(
+                            "published {policy}/{scope} from {source:?} (status says {status_source:?})"
+                        ))
+                    }
+                }
+            },
+        )
+        .await?;
+        self.checks += 1;
+        step(&format!(
+            "   {node}: NodeResourceTopology topology manager {want_policy}/{want_scope} = the kubelet's /configz, source {source} (object and status)"
+        ));
         Ok(())
     }
 

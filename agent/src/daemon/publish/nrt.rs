@@ -9,7 +9,11 @@
 //!   agent's own admissions (`Agent`); a kubelet running CPU manager policy `none` is
 //!   published as such (nothing pinned) whatever nodetopo's spec says. With PodResources the
 //!   reserved CPUs are the kubelet's (online minus its allocatable CPUs) and the Memory
-//!   Manager's tables come from its allocatable memory and pinned blocks. The fingerprint
+//!   Manager's tables come from its allocatable memory and pinned blocks. The topology
+//!   manager policy, scope and NUMA limit are the running kubelet's where the agent knows
+//!   them (`Core::topology_manager`: its configuration files, else the apply actuation
+//!   verified), else the spec's, and the attribute `nodetopo.io/topologyManagerSource`
+//!   names which. The fingerprint
 //!   covers the scheduler plugin's pod set: every pod the agent watches on the node (specs
 //!   and phases from the API, as the plugin's informer has them), filtered by the plugin's
 //!   rule. A contradiction in these inputs is an [`NrtProblem::Build`], which the shell
@@ -150,13 +154,19 @@ pub fn desired(
             phase: &p.phase,
         })
         .collect();
+    // The running kubelet's topology manager configuration where the agent can know it
+    // (its files, else a verified apply), else the spec's, marked unverified.
+    let tm = core.topology_manager().ok_or_else(|| {
+        waiting("no topology manager configuration: the spec does not apply".to_string())
+    })?;
     let input = NrtInput {
         node_name: node,
         node_uid: None,
         topology: core.topology(),
         cpu,
         reserved_source,
-        topology_manager: from_engine::topology_manager_view(&config),
+        topology_manager: tm.view,
+        topology_manager_source: tm.source,
         memory,
         pods: &pods,
         source,

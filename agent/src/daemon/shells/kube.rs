@@ -23,6 +23,8 @@ use crate::daemon::actuation::ActuationArgs;
 use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
 use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::kubelet_config;
+pub use crate::daemon::inputs::kubelet_config::KubeletConfigPaths;
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::publish::nrt::NrtProblem;
@@ -251,14 +253,19 @@ pub struct Config {
     pub nrt: bool,
     /// The kubelet's PodResources socket (empty: not read).
     pub pod_resources_socket: PathBuf,
+    /// The kubelet's configuration files, read for the topology manager configuration the
+    /// NodeResourceTopology publishes (`None`: not read).
+    pub kubelet_config: Option<KubeletConfigPaths>,
     /// Actuation's settings.
     pub actuation: ActuationArgs,
 }
 
-/// Where the shell reads the kubelet: its CPU manager checkpoint and PodResources socket.
+/// Where the shell reads the kubelet: its CPU manager checkpoint, PodResources socket and
+/// (optionally) configuration files.
 struct KubeletSources {
     state: PathBuf,
     socket: PathBuf,
+    config: Option<KubeletConfigPaths>,
 }
 
 /// Cluster mode until SIGTERM.
@@ -273,6 +280,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         node,
         nrt,
         pod_resources_socket,
+        kubelet_config,
         actuation,
     } = config;
     let client = Client::try_default()
@@ -336,6 +344,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
     let kubelet = KubeletSources {
         state: kubelet_state,
         socket: pod_resources_socket,
+        config: kubelet_config,
     };
     let mut last_read: Option<std::time::Instant> = None;
     loop {
@@ -457,8 +466,8 @@ where
     (stop, kubelet_read)
 }
 
-/// Reads the kubelet's CPU manager checkpoint and its PodResources answer into the core,
-/// noting when the read began.
+/// Reads the kubelet's CPU manager checkpoint, its PodResources answer and (when configured)
+/// its configuration files into the core, noting when the read began.
 async fn read_kubelet(
     core: &mut Core,
     kubelet: &KubeletSources,
@@ -475,6 +484,9 @@ async fn read_kubelet(
         crate::daemon::inputs::podresources::read_if_present(&kubelet.socket, PODRESOURCES_TIMEOUT)
             .await,
     ));
+    if let Some(paths) = &kubelet.config {
+        core.apply(Event::KubeletConfig(kubelet_config::read(paths)));
+    }
 }
 
 /// The kubelet's Memory Manager checkpoint, `memory_manager_state` beside its CPU manager

@@ -529,4 +529,147 @@ fn memory_from_the_kubelets_checkpoint_without_podresources() {
     let st = core.status(&[], &now());
     let o = desired(&core, &st, "n1").expect("object");
     assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+
+/// An actuation verdict for `generation` with `reason` (True unless Failed).
+fn verdict(generation: i64, why: &str) -> Event {
+    use nodetopo_crds::conditions::{self, ConditionSpec};
+    Event::Actuation(Box::new(crate::daemon::core::Outcome {
+        generation,
+        condition: ConditionSpec::new(conditions::APPLIED, why != "Failed", why, "test"),
+        change: None,
+    }))
+}
+
+fn spec_with_tm(policy: &str, scope: &str) -> NodeTopologySpec {
+    let mut s = spec();
+    s.topology_manager = serde_json::from_value(serde_json::json!({
+        "policy": policy,
+        "scope": scope,
+    }))
+    .expect("tm");
+    s
+}
+
+fn tm_view(
+    policy: nodetopo_engine::topologymanager::TmPolicy,
+    scope: nodetopo_engine::topologymanager::TmScope,
+) -> nodetopo_crds::nrt::TopologyManagerView {
+    nodetopo_crds::nrt::TopologyManagerView {
+        policy,
+        scope,
+        max_numa_nodes: 8,
+    }
+}
+
+/// The published policy/scope and their source, and the status' report and condition.
+fn published(core: &Core) -> (String, String, String, NodeTopologyStatus) {
+    use nodetopo_crds::nrt::build::{ATTR_TM_POLICY, ATTR_TM_SCOPE};
+    use nodetopo_crds::nrt::tmsource::ATTR_TM_SOURCE;
+    let st = core.status(&[], &now());
+    let o = desired(core, &st, "n1").expect("object");
+    let attr = |n: &str| o.attribute(n).expect("attribute").to_string();
+    (
+        attr(ATTR_TM_POLICY),
+        attr(ATTR_TM_SCOPE),
+        attr(ATTR_TM_SOURCE),
+        st,
+    )
+}
+
+fn tm_condition(st: &NodeTopologyStatus) -> (String, String, String) {
+    let c = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == nodetopo_crds::conditions::TOPOLOGY_MANAGER_AGREEMENT)
+        .expect("TopologyManagerAgreement");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn topology_manager_from_the_kubelet_files_then_a_verified_apply_then_the_spec() {
+    use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((
+        spec_with_tm("single-numa-node", "container"),
+        Some(1),
+    ))));
+    core.apply(Event::PodsSynced(vec![]));
+    assert!(core.reconcile() || core.ready());
+    // Without --nrt nothing of it is in status.
+    let st = core.status(&[], &now());
+    assert_eq!(st.node_resource_topology, None);
+    core.apply(Event::NrtBuilt(Ok(())));
+
+    // Only the spec: published, marked unverified.
+    let (policy, scope, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), scope.as_str(), source.as_str()),
+        ("single-numa-node", "container", "SpecUnverified")
+    );
+    let report = st.node_resource_topology.clone().expect("report");
+    assert_eq!(report.topology_manager_source, "SpecUnverified");
+    assert_eq!(report.topology_manager_policy, "single-numa-node");
+    let (status, why, _) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("False", "Unverified"));
+
+    // The kubelet's files say restricted/pod: that is what the kubelet runs, and the
+    // spec disagrees.
+    core.apply(Event::KubeletConfig(Ok(tm_view(
+        TmPolicy::Restricted,
+        TmScope::Pod,
+    ))));
+    let (policy, scope, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), scope.as_str(), source.as_str()),
+        ("restricted", "pod", "KubeletConfig")
+    );
+    let (status, why, msg) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("False", "Disagree"));
+    assert!(
+        msg.contains("the NodeTopology spec says policy single-numa-node"),
+        "{msg}"
+    );
+
+    // Files unreadable; actuation applied and verified generation 1: its configuration.
+    core.apply(Event::KubeletConfig(Err(
+        "config.yaml: permission denied".into()
+    )));
+    core.apply(verdict(1, "RestartOnly"));
+    let (policy, _, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), source.as_str()),
+        ("single-numa-node", "Applied")
+    );
+    assert_eq!(tm_condition(&st).1, "Agree");
+
+    // A rollout to generation 2 (best-effort) not applied yet, then its apply fails and is
+    // rolled back: the kubelet still runs generation 1's configuration.
+    core.apply(Event::Spec(Some((
+        spec_with_tm("best-effort", "container"),
+        Some(2),
+    ))));
+    core.apply(verdict(2, "Failed"));
+    let (policy, _, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), source.as_str()),
+        ("single-numa-node", "Applied")
+    );
+    let (status, why, msg) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("False", "Disagree"));
+    assert!(
+        msg.contains("the NodeTopology spec says policy best-effort"),
+        "{msg}"
+    );
+    // NoChange restarted nothing: it verifies nothing.
+    core.apply(verdict(2, "NoChange"));
+    assert_eq!(published(&core).0, "single-numa-node");
+    // A verified apply of generation 2 moves it.
+    core.apply(verdict(2, "StateRewritten"));
+    let (policy, _, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), source.as_str()),
+        ("best-effort", "Applied")
+    );
+    assert_eq!(tm_condition(&st).0, "True");
 }
