@@ -241,6 +241,29 @@ impl DeviceManager {
         all.keys().filter(|d| !used.contains(d)).cloned().collect()
     }
 
+    /// Free devices per resource and NUMA node: `Some(node)` for each node a device has an
+    /// affinity to (a device on several nodes counts on each), `None` for devices without
+    /// any affinity.
+    pub fn free_by_numa(&self) -> BTreeMap<String, BTreeMap<Option<usize>, u64>> {
+        let mut out: BTreeMap<String, BTreeMap<Option<usize>, u64>> = BTreeMap::new();
+        for (resource, devices) in &self.devices {
+            let free = self.free(resource);
+            let per = out.entry(resource.clone()).or_default();
+            for (id, mask) in devices {
+                if !free.contains(id) {
+                    continue;
+                }
+                if mask.is_empty() {
+                    *per.entry(None).or_default() += 1;
+                }
+                for n in mask.ids() {
+                    *per.entry(Some(n)).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// The device requests of a container: its extended resources that devices provide.
     pub fn container_request(&self, c: &Container) -> BTreeMap<String, u64> {
         c.requests
