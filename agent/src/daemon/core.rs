@@ -105,7 +105,10 @@ impl PodInfo {
             .as_ref()
             .filter(|_| phase == Some("Failed"))
             .and_then(|s| {
-                let reason = s.reason.as_deref().filter(|r| replay::is_manager_reason(r))?;
+                let reason = s
+                    .reason
+                    .as_deref()
+                    .filter(|r| replay::is_manager_reason(r))?;
                 Some((reason.to_string(), s.message.clone().unwrap_or_default()))
             });
         Ok(Self {

@@ -241,7 +241,11 @@ fn hint_text(h: &HintReport) -> String {
     };
     format!(
         "{nodes} {}",
-        if h.preferred { "preferred" } else { "not preferred" }
+        if h.preferred {
+            "preferred"
+        } else {
+            "not preferred"
+        }
     )
 }
 

@@ -773,7 +773,8 @@ fn a_kubelet_refusal_the_replay_admits_is_published_as_a_disagreement() {
     let e = st.rejections[0].explanation.as_ref().expect("explained");
     assert_eq!(e.agreement, nodetopo_engine::report::Agreement::Disagree);
     assert!(
-        e.summary.contains("nodetopo's replay disagrees: fidelity bug"),
+        e.summary
+            .contains("nodetopo's replay disagrees: fidelity bug"),
         "{}",
         e.summary
     );

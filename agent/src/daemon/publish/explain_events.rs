@@ -135,7 +135,10 @@ mod tests {
             Verdict::RateLimited
         );
         assert_eq!(l.allow("d", t0 + Duration::from_secs(61)), Verdict::Send);
-        assert_eq!(l.allow("b", t0 + Duration::from_secs(600)), Verdict::Duplicate);
+        assert_eq!(
+            l.allow("b", t0 + Duration::from_secs(600)),
+            Verdict::Duplicate
+        );
     }
 
     #[test]
@@ -146,7 +149,10 @@ mod tests {
             assert_eq!(l.allow(&format!("u{i}"), t0), Verdict::Send);
         }
         assert_eq!(l.seen.len(), REMEMBERED_UIDS);
-        assert_eq!(l.allow(&format!("u{REMEMBERED_UIDS}"), t0), Verdict::Duplicate);
+        assert_eq!(
+            l.allow(&format!("u{REMEMBERED_UIDS}"), t0),
+            Verdict::Duplicate
+        );
     }
 
     #[test]
@@ -159,7 +165,11 @@ mod tests {
             by_kubelet: true,
             ..Default::default()
         };
-        assert_eq!(pod_reference(&r), None, "nothing to say without an explanation");
+        assert_eq!(
+            pod_reference(&r),
+            None,
+            "nothing to say without an explanation"
+        );
         r.explanation = Some(ExplanationReport {
             summary: "kubelet: TopologyAffinityError. ...".into(),
             ..Default::default()

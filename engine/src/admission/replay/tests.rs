@@ -105,7 +105,9 @@ fn single_numa_node_refuses_a_pod_that_needs_two_nodes() {
         &config("", StaticPolicyOptions::default(), TmPolicy::SingleNumaNode),
     )
     .expect("config");
-    assert!(a.admit(&pod("first", vec![container("main", 3, &[])])).admitted());
+    assert!(a
+        .admit(&pod("first", vec![container("main", 3, &[])]))
+        .admitted());
     let big = pod("big", vec![container("app", 5, &[])]);
     let before = a.pools();
     let r = explain_rejection(
@@ -133,11 +135,16 @@ fn single_numa_node_refuses_a_pod_that_needs_two_nodes() {
     assert!(!merged.admit);
     assert_eq!(r.requests[0].exclusive_cpus, 5);
     assert!(
-        r.summary.contains("node 0: 1 CPUs (3) in 1 whole cores; node 1: 4 CPUs (4-7)"),
+        r.summary
+            .contains("node 0: 1 CPUs (3) in 1 whole cores; node 1: 4 CPUs (4-7)"),
         "{}",
         r.summary
     );
-    assert!(r.summary.contains("cpu cpu: {0,1} preferred"), "{}", r.summary);
+    assert!(
+        r.summary.contains("cpu cpu: {0,1} preferred"),
+        "{}",
+        r.summary
+    );
     assert!(
         r.summary.ends_with("nodetopo's replay agrees: TopologyAffinityError (Resources cannot be allocated with Topology locality)."),
         "{}",
@@ -166,7 +173,8 @@ fn full_pcpus_only_refuses_an_odd_count() {
         "cpu manager static (full-pcpus-only); topology manager none"
     );
     assert!(
-        r.summary.contains("No hints are merged under topology manager none"),
+        r.summary
+            .contains("No hints are merged under topology manager none"),
         "{}",
         r.summary
     );
@@ -183,7 +191,9 @@ fn a_device_only_on_the_other_numa_node() {
     }];
     let mut a = NodeAdmitter::new(t, &cfg).expect("config");
     // Node 0's CPUs all go to the first pod; the NIC stays free on node 0.
-    assert!(a.admit(&pod("first", vec![container("main", 4, &[])])).admitted());
+    assert!(a
+        .admit(&pod("first", vec![container("main", 4, &[])]))
+        .admitted());
     let p = pod("net", vec![container("app", 2, &[("example.com/nic", 1)])]);
     let r = explain_rejection(&a, &p, &[], "TopologyAffinityError", "");
     assert_eq!(r.agreement, Agreement::Agree, "{}", r.summary);
@@ -197,10 +207,7 @@ fn a_device_only_on_the_other_numa_node() {
         r.requests[0].devices,
         BTreeMap::from([("example.com/nic".to_string(), 1)])
     );
-    assert_eq!(
-        hints(&r, "cpu"),
-        vec![(vec![1], true), (vec![0, 1], false)]
-    );
+    assert_eq!(hints(&r, "cpu"), vec![(vec![1], true), (vec![0, 1], false)]);
     // The kubelet enumerates device masks over the nodes the resource's devices sit on.
     assert_eq!(hints(&r, "devices"), vec![(vec![0], true)]);
     assert!(!r.merged.clone().expect("merged").admit);
@@ -210,7 +217,9 @@ fn a_device_only_on_the_other_numa_node() {
         "{}",
         r.summary
     );
-    assert!(r.summary.contains("node 0: 0 CPUs (none) in 0 whole cores, 1 example.com/nic"));
+    assert!(r
+        .summary
+        .contains("node 0: 0 CPUs (none) in 0 whole cores, 1 example.com/nic"));
 }
 
 #[test]
@@ -263,8 +272,12 @@ fn pods_admitted_after_the_refused_one_are_not_in_the_replay() {
         &config("", StaticPolicyOptions::default(), TmPolicy::SingleNumaNode),
     )
     .expect("config");
-    assert!(a.admit(&pod("before", vec![container("m", 4, &[])])).admitted());
-    assert!(a.admit(&pod("after", vec![container("m", 4, &[])])).admitted());
+    assert!(a
+        .admit(&pod("before", vec![container("m", 4, &[])]))
+        .admitted());
+    assert!(a
+        .admit(&pod("after", vec![container("m", 4, &[])]))
+        .admitted());
     let p = pod("x", vec![container("app", 4, &[])]);
     // With "after" counted, no node has 4 CPUs left.
     let now = explain_rejection(&a, &p, &[], "TopologyAffinityError", "");
@@ -291,7 +304,10 @@ fn the_summary_fits_an_event_and_keeps_the_verdict() {
     let long = format!("{}. nodetopo's replay agrees: X (y).", "a".repeat(3000));
     let cut = truncate(long, SUMMARY_LIMIT);
     assert!(cut.len() <= SUMMARY_LIMIT, "{}", cut.len());
-    assert!(cut.ends_with(" .... nodetopo's replay agrees: X (y)."), "{cut}");
+    assert!(
+        cut.ends_with(" .... nodetopo's replay agrees: X (y)."),
+        "{cut}"
+    );
     let short = "kubelet: X. nodetopo's replay agrees: X (y).".to_string();
     assert_eq!(truncate(short.clone(), SUMMARY_LIMIT), short);
     // Multi-byte text is cut on a character boundary.
