@@ -943,8 +943,8 @@ async fn admission_explained(client: &kube::Client, namespace: &str, node: &str)
     }
     checks += 1;
     println!(
-        "[local-node] Event {} on {namespace}/{name}: {}",
-        "AdmissionExplained", e.summary
+        "[local-node] Event AdmissionExplained on {namespace}/{name}: {}",
+        e.summary
     );
     pods.delete(name, &DeleteParams::default())
         .await
