@@ -551,6 +551,9 @@ agent_allowed = {
     ("nodetopo.io", "nodetopologies"): READ,
     ("nodetopo.io", "nodetopologies/status"): {"get", "patch", "update"},
     ("", "pods"): READ,
+    # Events on the pods of its node (AdmissionExplained), in the pods' namespaces.
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
 }
 # nrt.enabled (the agent runs with --nrt): its NodeResourceTopology, and Nodes read for the
 # owner reference's UID; nothing of either without it.
@@ -646,7 +649,9 @@ check(agent.get(("nodetopo.io", "nodetopologies/status"), set()) >= {"patch"},
       "agent: may patch NodeTopology status (server-side apply)")
 if not nrt_on and not actuation_on:
     check(("", "nodes") not in agent, "agent: no access to Nodes (no code reads them)")
-check(not {k for k in agent if k[1] == "events"}, "agent: no cluster-wide Events")
+check({k: v for k, v in agent.items() if k[1] == "events"}
+      == {("", "events"): {"create", "patch"}, ("events.k8s.io", "events"): {"create", "patch"}},
+      "agent: cluster-wide Events create/patch only (AdmissionExplained on refused pods)")
 agent_roles = [d for d in by_kind("Role") if component(d) == "agent" and d not in evict_roles]
 check(len(agent_roles) == 1 and agent_roles[0]["metadata"].get("namespace") == NS,
       "agent: Events through a Role in the release namespace only")

@@ -153,6 +153,157 @@ pub struct RejectionReport {
     pub reason: String,
     /// The full message.
     pub message: String,
+    /// True when the kubelet itself refused the pod (its status is `Failed` with `reason`
+    /// and `message`); false when it is nodetopo's own admission that refused it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub by_kubelet: bool,
+    /// Why: nodetopo's replay of the kubelet's refusal on the node's state at that moment
+    /// (kubelet refusals only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<ExplanationReport>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Whether nodetopo's replay of a kubelet admission failure reached the kubelet's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Agreement {
+    /// The replay refuses the pod with the kubelet's reason.
+    #[default]
+    Agree,
+    /// The replay admits the pod, or refuses it for another reason: a fidelity bug of
+    /// nodetopo, to be reported.
+    Disagree,
+}
+
+impl Agreement {
+    /// `Agree` or `Disagree` (also the metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Agreement::Agree => "Agree",
+            Agreement::Disagree => "Disagree",
+        }
+    }
+}
+
+/// One hint provider's hints for one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderHintsReport {
+    /// `cpu`, `memory` or `devices`.
+    pub provider: String,
+    /// The resource (`cpu`, `memory`, `hugepages-2Mi`, a device resource); empty when the
+    /// provider has no preference for any resource of the container.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    /// The hints in the kubelet's order; absent: no preference; empty: the resource cannot
+    /// be satisfied on any NUMA node combination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<Vec<HintReport>>,
+    /// The list is implicit and too long to list (more than 8 NUMA nodes).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub not_listed: bool,
+}
+
+/// The topology manager's merge of the providers' hints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct MergeReport {
+    /// The merged hint.
+    pub hint: HintReport,
+    /// Whether the policy admits it.
+    pub admit: bool,
+}
+
+/// What one container asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RequestReport {
+    /// Container name.
+    pub container: String,
+    /// Its CPU request in millicores (0 when none).
+    pub cpu_millis: u64,
+    /// The exclusive CPUs it gets: whole CPUs of a Guaranteed pod, else 0.
+    #[serde(rename = "exclusiveCPUs")]
+    pub exclusive_cpus: u64,
+    /// Its memory request in bytes, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Device-plugin resources it asks for, by resource.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub devices: std::collections::BTreeMap<String, u64>,
+}
+
+/// What one NUMA node had free when the replay ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NumaFreeReport {
+    /// NUMA node id.
+    pub id: u64,
+    /// CPUs that could still be handed out exclusively, in list syntax.
+    #[serde(rename = "freeCPUs")]
+    pub free_cpus: String,
+    /// Their number.
+    #[serde(rename = "freeCPUCount")]
+    pub free_cpu_count: u64,
+    /// Physical cores all of whose threads are free (what `full-pcpus-only` hands out).
+    pub free_cores: u64,
+    /// Free devices with an affinity to this node, by resource (a device on several nodes
+    /// counts on each).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub free_devices: std::collections::BTreeMap<String, u64>,
+}
+
+/// Why the kubelet refused a pod, as nodetopo's replay of the same admission saw it: each
+/// hint provider's hints, the merge, the policy's verdict and the numbers behind them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExplanationReport {
+    /// `Agree`: the replay refuses the pod with the kubelet's reason; `Disagree`: it admits
+    /// the pod or refuses it for another reason (a nodetopo fidelity bug, see `summary`).
+    pub agreement: Agreement,
+    /// The replay's verdict: the reason it refused the pod with, empty when it admits it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub replay_reason: String,
+    /// The replay's message (empty when it admits the pod).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub replay_message: String,
+    /// The container the hints and the merge are for: the one the replay refused, else the
+    /// first one asking for exclusive CPUs or devices, else the first one.
+    pub container: String,
+    /// The configuration the replay ran: CPU manager policy and options, topology manager
+    /// policy and scope.
+    pub config: String,
+    /// Each provider's hints for `container` (absent when no merge ran: topology manager
+    /// policy `none`, or an earlier container was refused first).
+    #[serde(default)]
+    pub providers: Vec<ProviderHintsReport>,
+    /// The merge (absent when no merge ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<MergeReport>,
+    /// The merge's error, when it failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub merge_error: String,
+    /// What each container of the pod asks for.
+    #[serde(default)]
+    pub requests: Vec<RequestReport>,
+    /// What each NUMA node had free before the pod (the pods admitted before it hold the
+    /// rest), ascending by id.
+    #[serde(default)]
+    pub numa_nodes: Vec<NumaFreeReport>,
+    /// Free devices without any NUMA affinity, by resource.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub free_devices_without_numa: std::collections::BTreeMap<String, u64>,
+    /// The explanation in one paragraph (the Pod Event's note).
+    pub summary: String,
 }
 
 impl TopologyReport {

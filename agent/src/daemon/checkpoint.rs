@@ -47,6 +47,10 @@ pub struct CheckpointData {
     /// Pods whose admission was refused (they stay refused, as on the kubelet), by UID.
     #[serde(default)]
     pub rejections: BTreeMap<String, Vec<RejectionReport>>,
+    /// Pods the kubelet refused, with nodetopo's explanation made when the refusal was seen
+    /// (the state then is not the state after a restart), by UID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub explained: BTreeMap<String, RejectionReport>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -24,7 +24,7 @@ use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::{
     ChangeStatus, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport,
 };
-use nodetopo_engine::admission::NodeAdmitter;
+use nodetopo_engine::admission::{replay, NodeAdmitter};
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
 use nodetopo_engine::{CpuTopology, Pod, QosClass};
@@ -74,6 +74,10 @@ pub struct PodInfo {
     /// `status.phase` as the API shows it (empty when unset): the scheduler plugin's pod
     /// set (NodeResourceTopology fingerprint) counts every phase but `Pending`.
     pub phase: String,
+    /// The kubelet refused the pod at admission for a reason of its resource managers
+    /// (phase `Failed`, `status.reason` one of `replay::MANAGER_REASONS`): the reason and
+    /// the message.
+    pub kubelet_refusal: Option<(String, String)>,
 }
 
 impl PodInfo {
@@ -98,7 +102,19 @@ impl PodInfo {
             })?)),
         };
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        let kubelet_refusal = p
+            .status
+            .as_ref()
+            .filter(|_| phase == Some("Failed"))
+            .and_then(|s| {
+                let reason = s
+                    .reason
+                    .as_deref()
+                    .filter(|r| replay::is_manager_reason(r))?;
+                Some((reason.to_string(), s.message.clone().unwrap_or_default()))
+            });
         Ok(Self {
+            kubelet_refusal,
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             phase: phase.unwrap_or_default().to_string(),
             pod,
@@ -147,6 +163,8 @@ fn manifest_of(p: &k8s_openapi::api::core::v1::Pod) -> manifest::Pod {
         }),
         status: p.status.as_ref().map(|s| manifest::PodStatus {
             phase: s.phase.clone(),
+            reason: s.reason.clone(),
+            message: s.message.clone(),
         }),
     }
 }
@@ -208,6 +226,8 @@ pub struct Tally {
     pub admission_requests: u64,
     /// Of which refused.
     pub admission_errors: u64,
+    /// Kubelet admission failures explained, by (kubelet reason, `Agree`/`Disagree`).
+    pub explanations: BTreeMap<(String, &'static str), u64>,
 }
 
 /// The node agent's state. See the module documentation.
@@ -224,6 +244,11 @@ pub struct Core {
     synced: bool,
     admitted: BTreeMap<String, Vec<AllocationReport>>,
     rejected: BTreeMap<String, Vec<RejectionReport>>,
+    /// Pods the kubelet refused, by UID, with nodetopo's explanation (kept while the pod
+    /// exists; the newest [`MAX_PUBLISHED_EXPLAINED`] are published).
+    explained: BTreeMap<String, RejectionReport>,
+    /// Explanations made since the shell last took them (for the Pod Events).
+    new_explained: Vec<RejectionReport>,
     /// A validated checkpoint (its CPU state and records) waiting for the first admitter.
     pending_restore: Option<(CpuState, CheckpointData)>,
     checkpoint_problem: Option<(String, String)>,
@@ -247,6 +272,10 @@ pub struct Core {
     /// Decision counters since start.
     pub tally: Tally,
 }
+
+/// Kubelet refusals published in `status.rejections` (the newest; older ones stay counted in
+/// `summary.rejections` and explained in the checkpoint while their pods exist).
+pub const MAX_PUBLISHED_EXPLAINED: usize = 20;
 
 /// Stable admission order: creation time, then UID.
 fn order_key(p: &PodInfo) -> (Option<Time>, String) {
@@ -294,6 +323,8 @@ impl Core {
             synced: false,
             admitted: BTreeMap::new(),
             rejected: BTreeMap::new(),
+            explained: BTreeMap::new(),
+            new_explained: Vec::new(),
             pending_restore,
             checkpoint_problem,
             quarantine_requested,
@@ -405,6 +436,7 @@ impl Core {
                 }
                 self.admitted = admitted;
                 self.rejected = cp.rejections;
+                self.explained = cp.explained;
                 Some(state)
             }
             (None, None) => None,
@@ -481,6 +513,10 @@ impl Core {
             self.rejected.remove(&uid);
             changed = true;
         }
+        // Explanations of pods that are gone.
+        let before = self.explained.len();
+        self.explained.retain(|uid, _| self.pods.contains_key(uid));
+        changed |= self.explained.len() != before;
         let mut pending: Vec<&PodInfo> = self
             .pods
             .values()
@@ -521,6 +557,45 @@ impl Core {
                 self.rejected.insert(p.pod.uid.clone(), outcome.rejections);
             }
         }
+        // Pods the kubelet refused, explained once each, on the state without the pods that
+        // come after them in admission order (they were not there yet when the kubelet
+        // decided), once the pods before them are admitted.
+        let mut refused: Vec<&PodInfo> = self
+            .pods
+            .values()
+            .filter(|p| p.kubelet_refusal.is_some() && !self.explained.contains_key(&p.pod.uid))
+            .collect();
+        refused.sort_by_key(|p| order_key(p));
+        for p in refused {
+            let Some((reason, message)) = &p.kubelet_refusal else {
+                continue;
+            };
+            let key = order_key(p);
+            let after: Vec<String> = self
+                .admitted
+                .keys()
+                .filter(|u| self.pods.get(*u).is_some_and(|q| order_key(q) > key))
+                .cloned()
+                .collect();
+            let explanation = replay::explain_rejection(admitter, &p.pod, &after, reason, message);
+            *self
+                .tally
+                .explanations
+                .entry((reason.clone(), explanation.agreement.as_str()))
+                .or_default() += 1;
+            let record = RejectionReport {
+                pod: p.pod.key(),
+                pod_uid: p.pod.uid.clone(),
+                container: explanation.container.clone(),
+                reason: reason.clone(),
+                message: message.clone(),
+                by_kubelet: true,
+                explanation: Some(explanation),
+            };
+            self.new_explained.push(record.clone());
+            self.explained.insert(p.pod.uid.clone(), record);
+            changed = true;
+        }
         changed
     }
 
@@ -542,6 +617,7 @@ impl Core {
                 .collect(),
             allocations: self.admitted.clone(),
             rejections: self.rejected.clone(),
+            explained: self.explained.clone(),
         })
     }
 
@@ -605,7 +681,12 @@ impl Core {
         }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
-        let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
+        let own_rejections = rejections.iter().filter(|r| !r.by_kubelet).count();
+        let summary = self.summary(
+            &allocations,
+            own_rejections + self.explained.len(),
+            pools.as_ref(),
+        );
         NodeTopologyStatus {
             observed_generation: self.generation,
             conditions: conds,
@@ -765,10 +846,24 @@ impl Core {
         &self,
         kubelet: Option<&Option<KubeletActual>>,
     ) -> (Vec<AllocationReport>, Vec<RejectionReport>) {
+        // The kubelet's refusals: the newest MAX_PUBLISHED_EXPLAINED (summary.rejections
+        // counts every one).
+        let mut explained: Vec<(Option<Time>, String)> = self
+            .explained
+            .keys()
+            .map(|uid| match self.pods.get(uid) {
+                Some(p) => order_key(p),
+                None => (None, uid.clone()),
+            })
+            .collect();
+        explained.sort();
+        let skip = explained.len().saturating_sub(MAX_PUBLISHED_EXPLAINED);
+        let explained: BTreeSet<&String> = explained[skip..].iter().map(|(_, u)| u).collect();
         let mut order: Vec<(Option<Time>, String)> = self
             .admitted
             .keys()
             .chain(self.rejected.keys())
+            .chain(explained.iter().copied())
             .map(|uid| match self.pods.get(uid) {
                 Some(p) => order_key(p),
                 None => (None, uid.clone()),
@@ -781,6 +876,9 @@ impl Core {
         for (_, uid) in &order {
             allocations.extend(self.admitted.get(uid).into_iter().flatten().cloned());
             rejections.extend(self.rejected.get(uid).into_iter().flatten().cloned());
+            if explained.contains(uid) {
+                rejections.extend(self.explained.get(uid).cloned());
+            }
         }
         if let Some(Some(k)) = kubelet {
             show_kubelet_assignments(&mut allocations, k, &self.topology);
@@ -813,6 +911,12 @@ impl Core {
             aligned_containers: aligned as i32,
             rejections: rejections as i32,
         }
+    }
+
+    /// The explanations of kubelet refusals made since the last call (each pod's once), for
+    /// the shell's Pod Events.
+    pub fn take_new_explanations(&mut self) -> Vec<RejectionReport> {
+        std::mem::take(&mut self.new_explained)
     }
 
     /// The CPU pools, when a configuration is in effect.

@@ -1,5 +1,7 @@
 //! What the agent publishes besides the NodeTopology status: Prometheus metrics with the
-//! admin server, and the NodeResourceTopology object for the topology-aware scheduler.
+//! admin server, the NodeResourceTopology object for the topology-aware scheduler, and the
+//! Pod Events explaining kubelet admission failures.
 
+pub mod explain_events;
 pub mod metrics;
 pub mod nrt;

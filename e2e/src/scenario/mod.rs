@@ -136,6 +136,18 @@ pub trait Provider: Sync {
         &self,
         node: &str,
     ) -> impl Future<Output = Result<Option<serde_json::Value>>> + Send;
+    /// The provider's own checks on `node` while the pinned pods run under topology manager
+    /// `restricted` (step 5c), with pods in `namespace`; returns how many passed. None by
+    /// default.
+    fn checks_while_pinned(
+        &self,
+        client: &Client,
+        namespace: &str,
+        node: &str,
+    ) -> impl Future<Output = Result<usize>> + Send {
+        let _ = (client, namespace, node);
+        async { Ok(0) }
+    }
 }
 
 /// The scenario's settings.
@@ -369,6 +381,16 @@ impl<'a, P: Provider> Scenario<'a, P> {
                 })?;
             }
             self.check_containers(&placement, &placed, true).await?;
+            for p in &placement {
+                let passed = self
+                    .provider
+                    .checks_while_pinned(&self.client, &self.settings.pod_namespace, &p.node)
+                    .await?;
+                if passed > 0 {
+                    step(&format!("5c. {}: {passed} provider checks passed", p.node));
+                }
+                self.checks += passed;
+            }
             last_tm = "single-numa-node";
         }
 

@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 
 pub mod cpu_hints;
 pub mod explain;
+pub mod replay;
 
 use crate::cpumanager::{CpuState, PolicyError, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use crate::cpuset::CpuSet;
@@ -354,6 +355,7 @@ impl NodeAdmitter {
                         container: r.container,
                         reason: r.reason,
                         message: r.message,
+                        ..RejectionReport::default()
                     }],
                 }
             }

@@ -303,6 +303,29 @@ impl DeviceManager {
             .collect()
     }
 
+    /// Free devices per resource and NUMA node: `Some(node)` for each node a device has an
+    /// affinity to (a device on several nodes counts on each), `None` for devices without
+    /// any affinity.
+    pub fn free_by_numa(&self) -> BTreeMap<String, BTreeMap<Option<usize>, u64>> {
+        let mut out: BTreeMap<String, BTreeMap<Option<usize>, u64>> = BTreeMap::new();
+        for (resource, devices) in &self.devices {
+            let free = self.free(resource);
+            let per = out.entry(resource.clone()).or_default();
+            for (id, mask) in devices {
+                if !free.contains(id) {
+                    continue;
+                }
+                if mask.is_empty() {
+                    *per.entry(None).or_default() += 1;
+                }
+                for n in mask.ids() {
+                    *per.entry(Some(n)).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// How many devices of `resource` are healthy (allocated or not).
     fn healthy_count(&self, resource: &str) -> usize {
         let all = self.devices.get(resource).map_or(0, BTreeMap::len);

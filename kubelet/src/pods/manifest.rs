@@ -65,11 +65,19 @@ pub struct PodSpec {
     pub init_containers: Option<Vec<Container>>,
 }
 
-/// `status` (only the phase: a finished pod holds no CPUs).
+/// `status`: the phase (a finished pod holds no CPUs) and, for a pod the kubelet refused,
+/// its reason and message.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct PodStatus {
     /// `status.phase`.
     pub phase: Option<String>,
+    /// `status.reason` (the kubelet's admission-failure reason of a Failed pod, e.g.
+    /// `TopologyAffinityError`).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// `status.message`.
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 /// A Pod.

@@ -29,6 +29,17 @@ pub struct AlignLabels {
     pub boundary: &'static str,
 }
 
+/// Labels of the admission-explanation counter (values from fixed sets: the kubelet's
+/// resource-manager reasons, `Agree`/`Disagree`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExplainLabels {
+    /// The kubelet's reason (`TopologyAffinityError`, `SMTAlignmentError`,
+    /// `UnexpectedAdmissionError`, `EmptyPodSharedPoolError`).
+    pub reason: &'static str,
+    /// `Agree` or `Disagree` (nodetopo's replay against the kubelet's reason).
+    pub agreement: &'static str,
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -42,6 +53,7 @@ pub struct Metrics {
     admission_errors: Counter,
     admission_duration: Histogram,
     kubelet_disagreements: Gauge,
+    explanations: Family<ExplainLabels, Counter>,
     cycle_duration: Histogram,
     last: Mutex<Tally>,
     ready: Readiness,
@@ -68,6 +80,7 @@ impl Metrics {
             admission_errors: Counter::default(),
             admission_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             kubelet_disagreements: Gauge::default(),
+            explanations: Family::default(),
             cycle_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             last: Mutex::new(Tally::default()),
             ready: Readiness::new(),
@@ -124,6 +137,11 @@ impl Metrics {
             m.kubelet_disagreements.clone(),
         );
         registry.register(
+            "admission_explanations",
+            "Kubelet admission failures nodetopo replayed and explained, by the kubelet's reason and whether the replay agrees",
+            m.explanations.clone(),
+        );
+        registry.register(
             "event_cycle_duration_seconds",
             "Time from reading the inputs to writing state and status",
             m.cycle_duration.clone(),
@@ -149,6 +167,23 @@ impl Metrics {
                 .inc_by(t.admission_requests.saturating_sub(last.admission_requests));
             self.admission_errors
                 .inc_by(t.admission_errors.saturating_sub(last.admission_errors));
+            for ((reason, agreement), n) in &t.explanations {
+                let seen = last
+                    .explanations
+                    .get(&(reason.clone(), *agreement))
+                    .copied()
+                    .unwrap_or(0);
+                // The core explains only these reasons; the label set stays fixed.
+                let Some(reason) = nodetopo_engine::admission::replay::MANAGER_REASONS
+                    .iter()
+                    .find(|r| *r == reason)
+                else {
+                    continue;
+                };
+                self.explanations
+                    .get_or_create(&ExplainLabels { reason, agreement })
+                    .inc_by(n.saturating_sub(seen));
+            }
             *last = t.clone();
         }
         if let Some(pools) = core.pools() {

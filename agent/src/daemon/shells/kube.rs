@@ -26,6 +26,7 @@ use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::kubelet_config;
 pub use crate::daemon::inputs::kubelet_config::KubeletConfigPaths;
 use crate::daemon::inputs::validate;
+use crate::daemon::publish::explain_events::{self, EventLimiter, Verdict};
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::publish::nrt::NrtProblem;
 use crate::daemon::shells::cycle::{now, Cycle};
@@ -244,6 +245,54 @@ async fn publish_warning(client: &Client, reason: &str, action: &str, note: &str
     }
 }
 
+/// Logs each new explanation of a kubelet admission failure and publishes it as a Warning
+/// Event on its Pod (reason `AdmissionExplained`), once per pod and within the node's rate
+/// ([`EventLimiter`]); each Event from a task of its own, so the cycle does not wait.
+fn publish_explanations(
+    client: &Client,
+    limiter: &mut EventLimiter,
+    explained: Vec<nodetopo_engine::report::RejectionReport>,
+) {
+    for r in explained {
+        let (Some(pod), Some(note)) = (explain_events::pod_reference(&r), explain_events::note(&r))
+        else {
+            continue;
+        };
+        tracing::warn!(pod = %r.pod, reason = %r.reason, "admission failure explained: {note}");
+        match limiter.allow(&r.pod_uid, std::time::Instant::now()) {
+            Verdict::Send => {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let recorder = Recorder::new(client, Reporter::from("nodetopo-agent"));
+                    let ev = KubeEvent {
+                        type_: EventType::Warning,
+                        reason: explain_events::REASON.into(),
+                        note: Some(note),
+                        action: explain_events::ACTION.into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = recorder.publish(&ev, &pod).await {
+                        tracing::warn!(
+                            "publishing event {} on pod {}/{}: {e}",
+                            explain_events::REASON,
+                            pod.namespace.unwrap_or_default(),
+                            pod.name.unwrap_or_default()
+                        );
+                    }
+                });
+            }
+            Verdict::Duplicate => {}
+            Verdict::RateLimited => tracing::info!(
+                pod = %r.pod,
+                "no {} Event: over {} per {:?} on this node (the explanation is in the NodeTopology status)",
+                explain_events::REASON,
+                explain_events::BURST,
+                explain_events::WINDOW
+            ),
+        }
+    }
+}
+
 /// Cluster mode's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -347,6 +396,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         config: kubelet_config,
     };
     let mut last_read: Option<std::time::Instant> = None;
+    let mut explain_limiter = EventLimiter::default();
     loop {
         let (stop, kubelet_read) = next_inputs(
             &mut events,
@@ -363,6 +413,9 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         let span = cycle.span();
         let started = std::time::Instant::now();
         let mut status = span.in_scope(|| cycle.run(&mut core, &metrics, &now()));
+        span.in_scope(|| {
+            publish_explanations(&client, &mut explain_limiter, core.take_new_explanations())
+        });
         if let Some(nrt_tx) = &nrt_tx {
             // The object follows every cycle (pods' phases change it without changing
             // status, devices are not in status); the writer sends it only when it differs

@@ -375,7 +375,14 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
         }
         let kubelet = validate::read_kubelet_state(&kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
-        if let Some(status) = cycle.run(&mut core, &metrics, &now()) {
+        let status = cycle.run(&mut core, &metrics, &now());
+        // No API server for Events here: the explanations are logged (and in the status).
+        for r in core.take_new_explanations() {
+            if let Some(e) = &r.explanation {
+                tracing::warn!(pod = %r.pod, reason = %r.reason, "admission failure explained: {}", e.summary);
+            }
+        }
+        if let Some(status) = status {
             let mut obj = NodeTopology::new(&spec.name, Default::default());
             if let Some(Event::Spec(Some((s, g)))) = spec
                 .last_text

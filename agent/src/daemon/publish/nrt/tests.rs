@@ -55,6 +55,7 @@ fn pod(name: &str, uid: &str, cpus: u64) -> PodInfo {
         created: Some(Time("2024-01-01T00:00:00Z".parse().expect("ts"))),
         terminal: false,
         phase: "Running".into(),
+        kubelet_refusal: None,
     }
 }
 
@@ -529,6 +530,7 @@ fn memory_from_the_kubelets_checkpoint_without_podresources() {
     let st = core.status(&[], &now());
     let o = desired(&core, &st, "n1").expect("object");
     assert_eq!(o.attribute(ATTR_MEMORY_MANAGER_POLICY), Some("Unknown"));
+}
 
 /// An actuation verdict for `generation` with `reason` (True unless Failed).
 fn verdict(generation: i64, why: &str) -> Event {
