@@ -598,8 +598,7 @@ fn plan_and_carry_out(
         "RestartOnly"
     };
     let mut again = || target_of_apply(input, flags, &desired);
-    let check =
-        |svc: &mut dyn KubeletService| verify(files, input.topology, &desired, flags, svc);
+    let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &desired, flags, svc);
     match carry_out(files, &target, &mut again, &check, svc) {
         Ok(()) => Ok(report(true, reason, first, recovery, plan)),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
