@@ -78,7 +78,7 @@ fn local_executor_cases() {
     // No kubelet process under the (empty) host /proc handed to apply: nothing checked,
     // said in the report and at the end of the message (the Applied condition's).
     let unchecked = format!(
-        "no kubelet process under {}: its command line (--config-dir, --feature-gates) was not checked",
+        "no kubelet process under {}: its command line (--config-dir, configuration flags such as --feature-gates or --reserved-cpus) was not checked",
         k.p("proc").display()
     );
     assert_eq!(v["kubeletCommandLine"], unchecked.as_str(), "{v:#}");

@@ -481,7 +481,7 @@ fn a_process_that_only_calls_itself_kubelet_does_not_block_apply() {
     assert_eq!(
         v["kubeletCommandLine"],
         format!(
-            "no kubelet process under {}: its command line (--config-dir, --feature-gates) was not checked",
+            "no kubelet process under {}: its command line (--config-dir, configuration flags such as --feature-gates or --reserved-cpus) was not checked",
             k.p("proc").display()
         )
         .as_str(),
