@@ -257,6 +257,7 @@ pub struct NrtReport {
     pub topology_manager_scope: String,
     /// `topologyManagerMaxNUMANodes` as published.
     #[serde(rename = "topologyManagerMaxNUMANodes")]
+    #[schemars(transform = rules::int32_schema)]
     pub topology_manager_max_numa_nodes: i32,
     /// Where they came from: `KubeletConfig` (the kubelet's configuration file and
     /// drop-ins), `Applied` (the configuration actuation applied and verified) or

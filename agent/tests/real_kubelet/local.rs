@@ -51,7 +51,7 @@ fn apply_on_a_real_kubelet() {
     for want in [
         format!("--config {}", k.p("config.yaml").display()),
         format!("--config-dir {}", k.p("conf.d").display()),
-        "--feature-gates CPUManagerPolicyBetaOptions=false".to_string(),
+        "--feature-gates=CPUManagerPolicyBetaOptions=false".to_string(),
     ] {
         assert!(
             line.starts_with("kubelet process ") && line.contains(&want),
