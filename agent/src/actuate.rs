@@ -619,27 +619,57 @@ fn target_of_apply(
     kubelet::check_gates(&read.feature_gates, &flags.feature_gates, input.desired)?;
     // A flag that overrides what the drop-in sets: refused before anything is written.
     kubelet::check_flags(flags, desired)?;
-    let current = read.owned;
-    let read = read_state(&files.state)?;
-    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
-    let state: Option<KubeletCpuState> = read.map(|r| r.0);
-    let plan = plan_change(ChangeInput {
-        topology: input.topology,
-        current: &current,
-        state: state.as_ref(),
-        pods: input.pods,
-        desired: input.desired,
-    })?;
-    let new_state = plan
-        .new_state
-        .as_ref()
-        .map(|s| checkpoint::render(s, format));
+    let (plan, new_state) = plan_from_state(
+        files,
+        input.topology,
+        &read.owned,
+        input.pods,
+        input.desired,
+    )?;
     let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
     let dropin = kubelet::render_dropin(desired, &below);
     Ok(replan::Target {
         plan,
         new_state,
         dropin: Some(dropin),
+    })
+}
+
+/// The change from `current` to `desired` on the kubelet's state file as it is now, and
+/// the new state rendered in the file's own format (v4 when there is no file). Shared by
+/// apply and revert.
+fn plan_from_state(
+    files: &KubeletFiles,
+    topology: &nodetopo_engine::CpuTopology,
+    current: &OwnedConfig,
+    pods: &[nodetopo_engine::Pod],
+    desired: &OwnedConfig,
+) -> anyhow::Result<(ChangePlan, Option<String>)> {
+    let read = read_state(&files.state)?;
+    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
+    let state: Option<KubeletCpuState> = read.map(|r| r.0);
+    let plan = plan_change(ChangeInput {
+        topology,
+        current,
+        state: state.as_ref(),
+        pods,
+        desired,
+    })?;
+    let new_state = plan
+        .new_state
+        .as_ref()
+        .map(|s| checkpoint::render(s, format));
+    Ok((plan, new_state))
+}
+
+/// Prints an apply's or a revert's report as JSON; exit 0 when applied (or nothing to
+/// do), 1 otherwise.
+fn print_report(report: &ApplyReport) -> anyhow::Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(report)?);
+    Ok(if report.applied {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }
 
@@ -1102,12 +1132,7 @@ pub fn run_revert(args: Args) -> anyhow::Result<ExitCode> {
         svc.as_mut(),
     )?;
     drop(runtime);
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(if report.applied {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    print_report(&report)
 }
 
 /// Runs `apply`; prints the report as JSON. Exit 0 when applied (or nothing to do), 1 when
@@ -1141,10 +1166,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         svc.as_mut(),
     )?;
     drop(runtime);
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(if report.applied {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    print_report(&report)
 }

@@ -15,17 +15,14 @@
 
 use std::path::Path;
 
-use nodetopo_engine::change::{
-    plan_change, ChangeClass, ChangeInput, KubeletCpuState, OwnedConfig,
-};
+use nodetopo_engine::change::{ChangeClass, OwnedConfig};
 use nodetopo_kubelet::cmdline::ConfigFlags;
 use nodetopo_kubelet::config as kubelet;
-use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 
 use super::replan::Target;
 use super::{
-    backup_of, carry_out, read_state, recover, report, resolved_desired, verify, AllowedWrites,
-    ApplyReport, KubeletFiles, KubeletService, Recovery,
+    backup_of, carry_out, plan_from_state, recover, report, resolved_desired, verify,
+    AllowedWrites, ApplyReport, KubeletFiles, KubeletService, Recovery,
 };
 
 /// What a revert needs.
@@ -54,20 +51,7 @@ fn target_of_revert(
     let desired = resolved_desired(input.topology, &own)?;
     let current =
         kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)?.owned;
-    let read = read_state(&files.state)?;
-    let format = read.as_ref().map_or(CheckpointFormat::V4, |r| r.1);
-    let state: Option<KubeletCpuState> = read.map(|r| r.0);
-    let plan = plan_change(ChangeInput {
-        topology: input.topology,
-        current: &current,
-        state: state.as_ref(),
-        pods: input.pods,
-        desired: &own,
-    })?;
-    let new_state = plan
-        .new_state
-        .as_ref()
-        .map(|s| checkpoint::render(s, format));
+    let (plan, new_state) = plan_from_state(files, input.topology, &current, input.pods, &own)?;
     Ok((
         Target {
             plan,
