@@ -141,6 +141,8 @@ render podresources-off --set agent.readPodResources=false
 render nrt-no-podresources --set nrt.enabled=true --set agent.podResourcesSocket=
 render actuation --set agent.actuation.enabled=true
 render nrt-kubelet-config --set nrt.enabled=true --set agent.readKubeletConfig=true
+render nrt-kubelet-config-no-proc --set nrt.enabled=true --set agent.readKubeletConfig=true \
+  --set agent.actuation.checkKubeletProcess=false
 render actuation-nrt --set agent.actuation.enabled=true --set nrt.enabled=true
 render host-network --set agent.hostNetwork=true --set operator.hostNetwork=true \
   --set apiServer.host=10.1.2.3 --set-string apiServer.port=6443
@@ -187,7 +189,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources nrt-kubelet-config actuation-nrt actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources nrt-kubelet-config nrt-kubelet-config-no-proc actuation-nrt actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -633,6 +635,23 @@ if read_kubelet_config and not actuation_on:
           "agent (readKubeletConfig): hostPaths of the file (File) and the drop-in directory (Directory: nothing created on the host)")
     check({"--kubelet-config=/host/kubelet-config/config.yaml", "--kubelet-config-dir=/host/kubelet-conf.d"} <= set(agent_args),
           "agent (readKubeletConfig): --kubelet-config and --kubelet-config-dir point into the mounts")
+    # The running kubelet's flags override its files: its command line in the host's /proc,
+    # read-only, found by the host paths of its files (unless checkKubeletProcess is off).
+    proc_vols = [v for p in agent_pods for v in p.get("volumes", [])
+                 if v.get("hostPath", {}).get("path") == "/proc"]
+    proc_mounts = [m for p in agent_pods for c in p.get("containers", [])
+                   for m in c.get("volumeMounts", []) if proc_vols and m["name"] == proc_vols[0]["name"]]
+    if "--no-kubelet-process-check" in agent_args:
+        check(not proc_vols and not any(a.startswith("--host-proc") for a in agent_args),
+              "agent (readKubeletConfig, no process check): no /proc mount, no --host-proc")
+    else:
+        check(len(proc_vols) == 1 and len(proc_mounts) == 1 and proc_mounts[0].get("readOnly") is True
+              and proc_mounts[0]["mountPath"] == "/host/proc"
+              and proc_mounts[0].get("recursiveReadOnly") == "IfPossible",
+              "agent (readKubeletConfig): the host's /proc mounted read-only at /host/proc (the kubelet's flags)")
+        check({"--host-proc=/host/proc", "--kubelet-host-config=/var/lib/kubelet/config.yaml",
+               "--kubelet-host-config-dir=/etc/kubernetes/kubelet.conf.d"} <= set(agent_args),
+              "agent (readKubeletConfig): the kubelet process found by the host paths of its files")
 elif not actuation_on:
     check(not cfg_mounts and not cfg_vols, "agent: no kubelet configuration mounted without readKubeletConfig or actuation")
 if actuation_on and "--nrt" in agent_args:
@@ -811,7 +830,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "nrt-kubelet-config yes no" "actuation-nrt yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "nrt-kubelet-config yes no" "nrt-kubelet-config-no-proc yes no" "actuation-nrt yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"

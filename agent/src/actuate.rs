@@ -314,7 +314,9 @@ impl KubeletFiles {
 
 /// How the running kubelet's command line is checked before an apply
 /// ([`kubelet_cmdline`]): it must read the config file and drop-in directory nodetopo
-/// writes, and its `--feature-gates` count with those of its files.
+/// writes, and its `--feature-gates` count with those of its files. With
+/// `--read-kubelet-config` the same process's configuration flags also override its files
+/// in the topology manager configuration the NodeResourceTopology publishes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProcessArgs {
     /// The host's /proc, where the kubelet process is looked for (in the chart, the host's

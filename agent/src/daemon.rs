@@ -81,9 +81,11 @@ pub struct Args {
     #[arg(long, default_value = inputs::podresources::DEFAULT_SOCKET)]
     pub pod_resources_socket: PathBuf,
     /// With --nrt: read the kubelet's configuration file (--kubelet-config) and drop-in
-    /// directory (--kubelet-config-dir; empty: none) every 10 s, for the topology manager
-    /// policy and scope the NodeResourceTopology publishes (else: the configuration
-    /// actuation last verified, else the spec, marked unverified).
+    /// directory (--kubelet-config-dir; empty: none) every 10 s, with the configuration
+    /// flags of the running kubelet's command line over them (found under --host-proc as
+    /// actuation's process check finds it; not with --no-kubelet-process-check), for the
+    /// topology manager policy and scope the NodeResourceTopology publishes (else: the
+    /// configuration actuation last verified, else the spec, marked unverified).
     #[arg(long, env = "NODETOPO_READ_KUBELET_CONFIG")]
     pub read_kubelet_config: bool,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
@@ -150,6 +152,25 @@ fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
     })
 }
 
+/// Where `--read-kubelet-config` reads the kubelet's configuration: its files, and the
+/// command line of the kubelet process found as actuation's process check finds it
+/// (`--host-proc`, `--kubelet-host-config`, `--kubelet-host-config-dir`; none with
+/// `--no-kubelet-process-check`).
+fn kubelet_config_paths(args: &Args) -> shells::kube::KubeletConfigPaths {
+    let a = &args.actuation;
+    let dir = &a.kubelet_config_dir;
+    let files = crate::actuate::KubeletFiles {
+        config: a.kubelet_config.clone(),
+        config_dir: dir.clone(),
+        state: args.kubelet_state.clone(),
+    };
+    shells::kube::KubeletConfigPaths {
+        config: a.kubelet_config.clone(),
+        config_dir: (!dir.as_os_str().is_empty()).then(|| dir.clone()),
+        process: a.process.check(&files),
+    }
+}
+
 /// Cluster mode's settings; the node name is needed.
 fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
     let node = args
@@ -160,13 +181,7 @@ fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
         node,
         nrt: args.nrt,
         pod_resources_socket: args.pod_resources_socket.clone(),
-        kubelet_config: args.read_kubelet_config.then(|| {
-            let dir = &args.actuation.kubelet_config_dir;
-            shells::kube::KubeletConfigPaths {
-                config: args.actuation.kubelet_config.clone(),
-                config_dir: (!dir.as_os_str().is_empty()).then(|| dir.clone()),
-            }
-        }),
+        kubelet_config: args.read_kubelet_config.then(|| kubelet_config_paths(args)),
         actuation: args.actuation.clone(),
     })
 }

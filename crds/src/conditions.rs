@@ -34,8 +34,8 @@ pub const PROGRESSING: &str = "Progressing";
 /// not updated until the contradiction named in the message is gone.
 pub const NODE_RESOURCE_TOPOLOGY: &str = "NodeResourceTopology";
 /// NodeTopology (agent with `--nrt`): whether the topology manager policy and scope the
-/// NodeResourceTopology publishes come from the running kubelet (its configuration files, or
-/// an apply actuation verified) and every other source agrees: True `Agree`, False
+/// NodeResourceTopology publishes come from the running kubelet (its configuration files and
+/// command line, or an apply actuation verified) and every other source agrees: True `Agree`, False
 /// `Disagree` (the message names each source and its values) or `Unverified` (only the
 /// spec is known, published as `SpecUnverified`).
 pub const TOPOLOGY_MANAGER_AGREEMENT: &str = "TopologyManagerAgreement";

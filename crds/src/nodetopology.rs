@@ -260,8 +260,10 @@ pub struct NrtReport {
     #[schemars(transform = rules::int32_schema)]
     pub topology_manager_max_numa_nodes: i32,
     /// Where they came from: `KubeletConfig` (the kubelet's configuration file and
-    /// drop-ins), `Applied` (the configuration actuation applied and verified) or
-    /// `SpecUnverified` (the spec; nothing confirms the kubelet runs it).
+    /// drop-ins), `KubeletCommandLine` (a topology manager flag on the running kubelet's
+    /// command line, which wins over its files), `Applied` (the configuration actuation
+    /// applied and verified) or `SpecUnverified` (the spec; nothing confirms the kubelet
+    /// runs it).
     pub topology_manager_source: String,
 }
 

@@ -210,9 +210,9 @@ pub enum Event {
     Actuation(Box<Outcome>),
     /// NodeResourceTopology (`--nrt`): whether the last object could be built, or why not.
     NrtBuilt(Result<(), String>),
-    /// The kubelet's topology manager configuration from its files (`--read-kubelet-config`):
-    /// read, or why not.
-    KubeletConfig(Result<nodetopo_crds::nrt::TopologyManagerView, String>),
+    /// The running kubelet's topology manager configuration from its files and command line
+    /// (`--read-kubelet-config`): read, or why not.
+    KubeletConfig(Result<nodetopo_crds::nrt::KubeletTm, String>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -266,7 +266,7 @@ pub struct Core {
     nrt_built: Option<Result<(), String>>,
     /// The kubelet's topology manager configuration from its files, as last read (`None`:
     /// not read).
-    kubelet_config: Option<Result<nodetopo_crds::nrt::TopologyManagerView, String>>,
+    kubelet_config: Option<Result<nodetopo_crds::nrt::KubeletTm, String>>,
     /// The topology manager configuration of the last apply actuation verified.
     verified_tm: Option<nodetopo_crds::nrt::TopologyManagerView>,
     /// Decision counters since start.

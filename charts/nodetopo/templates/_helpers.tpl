@@ -106,6 +106,18 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+Whether the agent reads the running kubelet's command line in the host's /proc (mounted
+read-only at /host/proc): for actuation's check before each apply, and for the flags that
+override the files the NodeResourceTopology's topology manager configuration is read from.
+agent.actuation.checkKubeletProcess false turns both off. Renders "true" or nothing.
+*/}}
+{{- define "nodetopo.hostProc" -}}
+{{- if and .Values.agent.actuation.checkKubeletProcess (or .Values.agent.actuation.enabled (include "nodetopo.readKubeletConfig" .)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The uid the agent container runs as: 0 to reach the PodResources socket or for actuation, else agent.runAsUser. */}}
 {{- define "nodetopo.agentUid" -}}
 {{- if or (include "nodetopo.podResources" .) .Values.agent.actuation.enabled -}}

@@ -23,7 +23,9 @@ pub use build::{
 };
 pub use fingerprint::PodFingerprint;
 pub use podset::NodePod;
-pub use tmsource::{TmAgreement, TmResolution, TmSources, TopologyManagerSource};
+pub use tmsource::{
+    CommandLine, KubeletTm, TmAgreement, TmResolution, TmSources, TopologyManagerSource,
+};
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 
 #[cfg(test)]

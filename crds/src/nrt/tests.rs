@@ -333,6 +333,12 @@ fn topology_manager_attributes_follow_the_view_and_name_its_source() {
         o.attribute(super::tmsource::ATTR_TM_SOURCE),
         Some("KubeletConfig")
     );
+    i.topology_manager_source = TopologyManagerSource::KubeletCommandLine;
+    let o = build(&i).expect("builds");
+    assert_eq!(
+        o.attribute(super::tmsource::ATTR_TM_SOURCE),
+        Some("KubeletCommandLine")
+    );
     i.topology_manager_source = TopologyManagerSource::SpecUnverified;
     let o = build(&i).expect("builds");
     assert_eq!(

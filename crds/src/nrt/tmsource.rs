@@ -4,10 +4,16 @@
 //! policy the node is not running).
 //!
 //! Sources, best first ([`resolve`]):
-//! 1. [`TopologyManagerSource::KubeletConfig`]: the kubelet's configuration file and its
-//!    drop-ins, read as the kubelet reads them (the agent with `--read-kubelet-config`, the
-//!    files mounted read-only);
-//! 2. [`TopologyManagerSource::Applied`]: the configuration the agent's actuation last
+//! 1. the running kubelet's effective configuration: its configuration file and drop-ins,
+//!    read as the kubelet reads them (the agent with `--read-kubelet-config`, the files
+//!    mounted read-only), with the configuration flags of its command line over them (read
+//!    from the host's `/proc`; a flag wins over every file, as in the kubelet).
+//!    Published as [`TopologyManagerSource::KubeletCommandLine`] when a topology manager
+//!    flag (`--topology-manager-policy`, `--topology-manager-scope`,
+//!    `--topology-manager-policy-options`) is on its command line, else as
+//!    [`TopologyManagerSource::KubeletConfig`]. When the command line could not be read,
+//!    the files alone are published as `KubeletConfig` and the agreement's message says so;
+////! 2. [`TopologyManagerSource::Applied`]: the configuration the agent's actuation last
 //!    applied and verified (the kubelet restarted on it and agreed);
 //! 3. [`TopologyManagerSource::SpecUnverified`]: nodetopo's spec, which nothing confirms the
 //!    kubelet runs.
@@ -28,8 +34,12 @@ pub const ATTR_TM_SOURCE: &str = "nodetopo.io/topologyManagerSource";
 /// Where the published topology manager configuration came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopologyManagerSource {
-    /// The kubelet's configuration file and drop-ins.
+    /// The kubelet's configuration file and drop-ins (its command line, where read, sets
+    /// none of the three).
     KubeletConfig,
+    /// The kubelet's command line sets at least one of them (a flag wins over the files);
+    /// the others from its files.
+    KubeletCommandLine,
     /// The configuration the agent's actuation applied and verified.
     Applied,
     /// nodetopo's spec, unverified.
@@ -41,6 +51,7 @@ impl TopologyManagerSource {
     pub fn as_str(self) -> &'static str {
         match self {
             TopologyManagerSource::KubeletConfig => "KubeletConfig",
+            TopologyManagerSource::KubeletCommandLine => "KubeletCommandLine",
             TopologyManagerSource::Applied => "Applied",
             TopologyManagerSource::SpecUnverified => "SpecUnverified",
         }
@@ -49,8 +60,60 @@ impl TopologyManagerSource {
     fn describe(self) -> &'static str {
         match self {
             TopologyManagerSource::KubeletConfig => "the kubelet's configuration files",
+            TopologyManagerSource::KubeletCommandLine => {
+                "the kubelet's command line over its configuration files"
+            }
             TopologyManagerSource::Applied => "the configuration actuation applied and verified",
             TopologyManagerSource::SpecUnverified => "the NodeTopology spec",
+        }
+    }
+}
+
+/// Whether the running kubelet's command line was read for the configuration flags that
+/// override its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandLine {
+    /// Read: its topology manager flags as `--name=value` words, in the order the kubelet
+    /// applies them (empty: none; the files decide alone).
+    Read(Vec<String>),
+    /// Not read, and why (no access to the host's processes, no kubelet process found,
+    /// the check turned off): a flag there would win over the files unseen.
+    NotRead(String),
+}
+
+/// The running kubelet's effective topology manager configuration as the agent read it:
+/// its files with, where read, its command line over them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletTm {
+    /// The configuration.
+    pub view: TopologyManagerView,
+    /// Whether the command line was read, and the topology manager flags it gives.
+    pub command_line: CommandLine,
+}
+
+impl KubeletTm {
+    /// The source this configuration is published as.
+    pub fn source(&self) -> TopologyManagerSource {
+        match &self.command_line {
+            CommandLine::Read(flags) if !flags.is_empty() => {
+                TopologyManagerSource::KubeletCommandLine
+            }
+            _ => TopologyManagerSource::KubeletConfig,
+        }
+    }
+
+    /// What the message adds about the command line: the flags that set the values, or
+    /// why it was not read.
+    fn note(&self) -> String {
+        match &self.command_line {
+            CommandLine::Read(flags) if !flags.is_empty() => format!(
+                " (the kubelet's command line sets {}, which win over its files)",
+                flags.join(" ")
+            ),
+            CommandLine::Read(_) => String::new(),
+            CommandLine::NotRead(why) => format!(
+                "; the kubelet's command line was not read ({why}), so a --topology-manager-policy, --topology-manager-scope or --topology-manager-policy-options flag there, which would win over the files, is not seen"
+            ),
         }
     }
 }
@@ -58,9 +121,10 @@ impl TopologyManagerSource {
 /// What each source says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TmSources {
-    /// The kubelet's files: `None` when the agent does not read them, `Some(Err)` with why
-    /// they could not be read or do not give a valid configuration.
-    pub kubelet_config: Option<Result<TopologyManagerView, String>>,
+    /// The running kubelet's configuration (files, and the command line where read):
+    /// `None` when the agent does not read it, `Some(Err)` with why the files could not
+    /// be read, do not give a valid configuration, or are not the running kubelet's.
+    pub kubelet_config: Option<Result<KubeletTm, String>>,
     /// The configuration the agent's actuation last applied and verified, if any.
     pub applied: Option<TopologyManagerView>,
     /// The spec's.
@@ -105,14 +169,17 @@ pub fn resolve(s: &TmSources) -> TmResolution {
     use TopologyManagerSource as S;
     let files = s.kubelet_config.as_ref().and_then(|r| r.as_ref().ok());
     let mut known: Vec<(S, &TopologyManagerView)> = Vec::new();
-    if let Some(v) = files {
-        known.push((S::KubeletConfig, v));
+    if let Some(k) = files {
+        known.push((k.source(), &k.view));
     }
     if let Some(v) = &s.applied {
         known.push((S::Applied, v));
     }
     known.push((S::SpecUnverified, &s.spec));
     let (source, view) = known[0];
+    // Said after the first clause whichever the verdict: the flags that set the published
+    // values, or that the command line was not read.
+    let note = files.map(KubeletTm::note).unwrap_or_default();
     let differing: Vec<String> = known[1..]
         .iter()
         .filter(|(_, v)| *v != view)
@@ -120,7 +187,7 @@ pub fn resolve(s: &TmSources) -> TmResolution {
         .collect();
     let agreement = if !differing.is_empty() {
         TmAgreement::Disagree(format!(
-            "published {} from {}; {} (the kubelet runs what its files say: a rollout not yet applied, a rolled-back apply, or a configuration changed outside nodetopo)",
+            "published {} from {}{note}; {} (the kubelet runs what its files and command line say: a rollout not yet applied, a rolled-back apply, or a configuration changed outside nodetopo)",
             values(view),
             source.describe(),
             differing.join("; ")
@@ -138,7 +205,7 @@ pub fn resolve(s: &TmSources) -> TmResolution {
     } else {
         let others: Vec<&str> = known[1..].iter().map(|(src, _)| src.describe()).collect();
         TmAgreement::Agree(format!(
-            "published {} from {}; {} {}",
+            "published {} from {}{note}; {} {}",
             values(view),
             source.describe(),
             others.join(" and "),
@@ -169,10 +236,18 @@ mod tests {
     const SNN: TmPolicy = TmPolicy::SingleNumaNode;
     const C: TmScope = TmScope::Container;
 
+    /// The kubelet's files, its command line read and setting nothing.
+    fn files(view: TopologyManagerView) -> Option<Result<KubeletTm, String>> {
+        Some(Ok(KubeletTm {
+            view,
+            command_line: CommandLine::Read(vec![]),
+        }))
+    }
+
     #[test]
     fn the_kubelet_files_win_and_agree_with_the_spec() {
         let r = resolve(&TmSources {
-            kubelet_config: Some(Ok(view(SNN, C))),
+            kubelet_config: files(view(SNN, C)),
             applied: None,
             spec: view(SNN, C),
         });
@@ -191,7 +266,7 @@ mod tests {
     fn a_rollout_not_yet_on_the_kubelet_publishes_the_files_and_disagrees() {
         // The spec moved to single-numa-node/pod; the kubelet's files still say restricted.
         let r = resolve(&TmSources {
-            kubelet_config: Some(Ok(view(TmPolicy::Restricted, C))),
+            kubelet_config: files(view(TmPolicy::Restricted, C)),
             applied: Some(view(TmPolicy::Restricted, C)),
             spec: view(SNN, TmScope::Pod),
         });
@@ -213,7 +288,7 @@ mod tests {
         let mut wide = view(SNN, C);
         wide.max_numa_nodes = 16;
         let r = resolve(&TmSources {
-            kubelet_config: Some(Ok(wide)),
+            kubelet_config: files(wide),
             applied: None,
             spec: view(SNN, C),
         });
@@ -279,10 +354,81 @@ mod tests {
     }
 
     #[test]
+    fn a_flag_on_the_kubelet_command_line_is_the_source_and_named() {
+        // The files say restricted; --topology-manager-policy=single-numa-node wins (the
+        // reader merged it): published with the command line as source, the flag named.
+        let r = resolve(&TmSources {
+            kubelet_config: Some(Ok(KubeletTm {
+                view: view(SNN, C),
+                command_line: CommandLine::Read(vec![
+                    "--topology-manager-policy=single-numa-node".into()
+                ]),
+            })),
+            applied: None,
+            spec: view(TmPolicy::Restricted, C),
+        });
+        assert_eq!(r.view, view(SNN, C));
+        assert_eq!(r.source, TopologyManagerSource::KubeletCommandLine);
+        let TmAgreement::Disagree(m) = &r.agreement else {
+            panic!("{:?}", r.agreement)
+        };
+        assert!(
+            m.contains("from the kubelet's command line over its configuration files (the kubelet's command line sets --topology-manager-policy=single-numa-node, which win over its files); the NodeTopology spec says policy restricted"),
+            "{m}"
+        );
+        // Agreeing with the spec: still named.
+        let r = resolve(&TmSources {
+            kubelet_config: Some(Ok(KubeletTm {
+                view: view(SNN, C),
+                command_line: CommandLine::Read(vec!["--topology-manager-scope=container".into()]),
+            })),
+            applied: None,
+            spec: view(SNN, C),
+        });
+        assert_eq!(r.source, TopologyManagerSource::KubeletCommandLine);
+        let TmAgreement::Agree(m) = &r.agreement else {
+            panic!("{:?}", r.agreement)
+        };
+        assert!(m.contains("--topology-manager-scope=container"), "{m}");
+    }
+
+    #[test]
+    fn an_unread_command_line_is_said_in_every_verdict() {
+        let unread = |v| {
+            Some(Ok(KubeletTm {
+                view: v,
+                command_line: CommandLine::NotRead("no kubelet process under /host/proc".into()),
+            }))
+        };
+        for (spec, agree) in [(view(SNN, C), true), (view(TmPolicy::BestEffort, C), false)] {
+            let r = resolve(&TmSources {
+                kubelet_config: unread(view(SNN, C)),
+                applied: None,
+                spec,
+            });
+            assert_eq!(r.source, TopologyManagerSource::KubeletConfig);
+            let m = match (&r.agreement, agree) {
+                (TmAgreement::Agree(m), true) | (TmAgreement::Disagree(m), false) => m,
+                (a, _) => panic!("{a:?}"),
+            };
+            assert!(
+                m.contains(
+                    "the kubelet's command line was not read (no kubelet process under /host/proc)"
+                ),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
     fn source_names_are_stable() {
         assert_eq!(
             TopologyManagerSource::KubeletConfig.as_str(),
             "KubeletConfig"
+        );
+        assert_eq!(
+            TopologyManagerSource::KubeletCommandLine.as_str(),
+            "KubeletCommandLine"
         );
         assert_eq!(TopologyManagerSource::Applied.as_str(), "Applied");
         assert_eq!(

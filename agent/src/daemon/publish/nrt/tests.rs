@@ -617,10 +617,10 @@ fn topology_manager_from_the_kubelet_files_then_a_verified_apply_then_the_spec()
 
     // The kubelet's files say restricted/pod: that is what the kubelet runs, and the
     // spec disagrees.
-    core.apply(Event::KubeletConfig(Ok(tm_view(
-        TmPolicy::Restricted,
-        TmScope::Pod,
-    ))));
+    core.apply(Event::KubeletConfig(Ok(nodetopo_crds::nrt::KubeletTm {
+        view: tm_view(TmPolicy::Restricted, TmScope::Pod),
+        command_line: nodetopo_crds::nrt::CommandLine::Read(vec![]),
+    })));
     let (policy, scope, source, st) = published(&core);
     assert_eq!(
         (policy.as_str(), scope.as_str(), source.as_str()),
@@ -674,4 +674,107 @@ fn topology_manager_from_the_kubelet_files_then_a_verified_apply_then_the_spec()
         ("best-effort", "Applied")
     );
     assert_eq!(tm_condition(&st).0, "True");
+}
+
+#[test]
+fn a_topology_manager_flag_of_the_running_kubelet_wins_over_its_files() {
+    use crate::daemon::inputs::kubelet_config::{self, tests::fake_process, KubeletConfigPaths};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("{head}topologyManagerPolicy: restricted\ntopologyManagerScope: pod\n"),
+    )
+    .expect("config");
+    let conf_d = dir.path().join("conf.d");
+    std::fs::create_dir(&conf_d).expect("conf.d");
+    let proc_root = dir.path().join("proc");
+    std::fs::create_dir(&proc_root).expect("proc");
+    let paths = KubeletConfigPaths {
+        config: config.clone(),
+        config_dir: Some(conf_d.clone()),
+        process: Some(nodetopo_kubelet::cmdline::ProcessCheck {
+            proc_root: proc_root.clone(),
+            host_config: config.clone(),
+            host_config_dir: conf_d.clone(),
+        }),
+    };
+    let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
+    let mut core = Core::new(topo, None, None);
+    core.apply(Event::Spec(Some((
+        spec_with_tm("single-numa-node", "container"),
+        Some(1),
+    ))));
+    core.apply(Event::PodsSynced(vec![]));
+    assert!(core.reconcile() || core.ready());
+    core.apply(Event::NrtBuilt(Ok(())));
+
+    // No kubelet process visible: the files, and the condition says the command line was
+    // not read.
+    core.apply(Event::KubeletConfig(kubelet_config::read(&paths)));
+    let (policy, scope, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), scope.as_str(), source.as_str()),
+        ("restricted", "pod", "KubeletConfig")
+    );
+    let (status, why, msg) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("False", "Disagree"));
+    assert!(
+        msg.contains("the kubelet's command line was not read (no kubelet process under"),
+        "{msg}"
+    );
+
+    // The kubelet runs with --topology-manager-policy=single-numa-node and
+    // --topology-manager-scope=container: the flags win over its files, and the spec agrees.
+    let argv = [
+        "/usr/local/bin/kubelet".to_string(),
+        format!("--config={}", config.display()),
+        format!("--config-dir={}", conf_d.display()),
+        "--topology-manager-policy=single-numa-node".to_string(),
+        "--topology-manager-scope=container".to_string(),
+    ];
+    fake_process(
+        &proc_root,
+        812,
+        0,
+        &argv.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    core.apply(Event::KubeletConfig(kubelet_config::read(&paths)));
+    let (policy, scope, source, st) = published(&core);
+    assert_eq!(
+        (policy.as_str(), scope.as_str(), source.as_str()),
+        ("single-numa-node", "container", "KubeletCommandLine")
+    );
+    let report = st.node_resource_topology.clone().expect("report");
+    assert_eq!(report.topology_manager_source, "KubeletCommandLine");
+    assert_eq!(report.topology_manager_policy, "single-numa-node");
+    let (status, why, msg) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("True", "Agree"), "{msg}");
+    assert!(
+        msg.contains(
+            "--topology-manager-policy=single-numa-node --topology-manager-scope=container"
+        ),
+        "{msg}"
+    );
+
+    // The kubelet restarted with another drop-in directory: the files the agent reads are
+    // not its configuration; the spec is published, unverified, saying why.
+    let argv = [
+        "/usr/local/bin/kubelet".to_string(),
+        format!("--config={}", config.display()),
+        "--config-dir=/etc/elsewhere.d".to_string(),
+    ];
+    fake_process(
+        &proc_root,
+        812,
+        0,
+        &argv.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    core.apply(Event::KubeletConfig(kubelet_config::read(&paths)));
+    let (_, _, source, st) = published(&core);
+    assert_eq!(source, "SpecUnverified");
+    let (status, why, msg) = tm_condition(&st);
+    assert_eq!((status.as_str(), why.as_str()), ("False", "Unverified"));
+    assert!(msg.contains("/etc/elsewhere.d"), "{msg}");
 }
