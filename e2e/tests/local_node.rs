@@ -34,6 +34,8 @@ const DEVICE_RESOURCE: &str = "nodetopo.io/testdev";
 const AGENT_IMAGE: &str = "docker.io/nodetopo/nodetopo-agent";
 const OPERATOR_IMAGE: &str = "docker.io/nodetopo/nodetopo-operator";
 const IMAGE_TAG: &str = "e2e";
+/// On the kubelet's command line, against `topologyManagerScope: pod` in its config file.
+const KUBELET_TM_FLAG: &str = "--topology-manager-scope=container";
 
 /// What the scenario needs from the local node.
 struct Local<'a> {
@@ -262,6 +264,10 @@ impl Provider for Local<'_> {
 
     fn actuation(&self) -> bool {
         true
+    }
+
+    fn kubelet_tm_flag(&self) -> Option<&'static str> {
+        Some(KUBELET_TM_FLAG)
     }
 
     fn fail_next_kubelet_start(&self) -> bool {
@@ -577,7 +583,12 @@ async fn scenario_on_local_node() -> Result<()> {
         &kubelet,
         &NodeOptions {
             reserved_cpus: "0".into(),
-            kubelet_config: String::new(),
+            // The files say scope pod, the command line container (every policy of the
+            // scenario says container too, so actuation's flag check lets it apply): the
+            // kubelet runs container, and the NodeResourceTopology must say so, naming its
+            // command line as the source.
+            kubelet_config: "topologyManagerScope: pod\n".into(),
+            kubelet_flags: vec![KUBELET_TM_FLAG.into()],
             images: vec![testnode_tar, agent_tar, operator_tar],
         },
     )

@@ -292,7 +292,9 @@ impl<P: Provider> Scenario<'_, P> {
     /// The published `topologyManagerPolicy`/`topologyManagerScope` of `node` are the
     /// running kubelet's (its `/configz`), with the source named in the object
     /// (`nodetopo.io/topologyManagerSource`) and in NodeTopology `status.nodeResourceTopology`
-    /// alike; with actuation on (the kubelet's files mounted) that source is `KubeletConfig`.
+    /// alike; with actuation on (the kubelet's files mounted) that source is `KubeletConfig`,
+    /// or `KubeletCommandLine` where the provider starts the kubelet with a topology manager
+    /// flag (found in the host's `/proc`).
     /// Polled: the agent reads the files on its 10 s kubelet tick.
     async fn check_nrt_topology_manager(
         &mut self,
@@ -313,7 +315,28 @@ impl<P: Provider> Scenario<'_, P> {
             .as_str()
             .unwrap_or("container")
             .to_string();
-        let want_source = self.provider.actuation().then_some("KubeletConfig");
+        // The flag wins over the files (its value is what the kubelet runs).
+        if let Some(flag) = self.provider.kubelet_tm_flag() {
+            let running = match flag.split_once('=') {
+                Some(("--topology-manager-policy", v)) => Some((v, want_policy.as_str())),
+                Some(("--topology-manager-scope", v)) => Some((v, want_scope.as_str())),
+                _ => None,
+            };
+            if let Some((given, runs)) = running {
+                self.check(given == runs, || {
+                    format!("{node}: the kubelet runs with {flag} but its /configz says {runs}")
+                })?;
+            }
+        }
+        // With actuation the files are read; a topology manager flag on the kubelet's
+        // command line makes that the source.
+        let want_source =
+            self.provider
+                .actuation()
+                .then_some(match self.provider.kubelet_tm_flag() {
+                    Some(_) => "KubeletCommandLine",
+                    None => "KubeletConfig",
+                });
         let topologies = self.topologies.clone();
         let source = poll_until(
             &format!(
@@ -368,8 +391,23 @@ impl<P: Provider> Scenario<'_, P> {
         .await?;
         self.checks += 1;
         step(&format!(
-            "   {node}: NodeResourceTopology topology manager {want_policy}/{want_scope} = the kubelet's /configz, source {source} (object and status)"
+            "   {node}: NodeResourceTopology topology manager {want_policy}/{want_scope} = the kubelet's /configz, source {source} (object and status){}",
+            self.provider
+                .kubelet_tm_flag()
+                .map(|f| format!("; the kubelet runs with {f}"))
+                .unwrap_or_default()
         ));
+        Ok(())
+    }
+
+    /// [`Self::check_nrt_topology_manager`] on every selected node.
+    pub(super) async fn check_nrt_topology_managers(&mut self) -> Result<()> {
+        let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", "NodeResourceTopology");
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        for node in self.selected.clone() {
+            self.check_nrt_topology_manager(&api, &node).await?;
+        }
         Ok(())
     }
 

@@ -130,6 +130,12 @@ pub trait Provider: Sync {
     /// Whether the chart was installed with actuation on (the agents apply policies whose
     /// rollout mode is Apply, restarting the kubelet).
     fn actuation(&self) -> bool;
+    /// The topology manager flag on the kubelet's command line, where the provider starts
+    /// it with one that differs from its configuration file (the NodeResourceTopology then
+    /// names `KubeletCommandLine` as the source). None by default.
+    fn kubelet_tm_flag(&self) -> Option<&'static str> {
+        None
+    }
     /// The kubelet's running configuration on `node` (its `/configz`, the `kubeletconfig`
     /// object); `None` where the provider cannot read it.
     fn kubelet_configz(
@@ -281,6 +287,10 @@ impl<'a, P: Provider> Scenario<'a, P> {
         self.installed().await?;
         step("2. every node has a NodeTopology with a published status");
         self.published().await?;
+        if self.provider.nrt() {
+            // Before any apply the kubelet runs its own files and flags.
+            self.check_nrt_topology_managers().await?;
+        }
         step("3. apply NodeResourcePolicy (static, reserved CPU 0, best-effort)");
         let first = self.apply_policy("best-effort", false).await?;
         step("4. pinned (init + app), fractional and Burstable pods on every selected node");

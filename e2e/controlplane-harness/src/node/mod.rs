@@ -161,6 +161,8 @@ pub struct NodeOptions {
     pub reserved_cpus: String,
     /// More KubeletConfiguration lines (YAML, top level), e.g. a topology manager policy.
     pub kubelet_config: String,
+    /// More flags on the kubelet's command line (configuration flags win over its files).
+    pub kubelet_flags: Vec<String>,
     /// Image tarballs (docker-archive) to import before the kubelet starts; the one holding
     /// [`TESTNODE_IMAGE`] must be among them (containerd's sandbox image).
     pub images: Vec<PathBuf>,
@@ -173,6 +175,8 @@ pub struct LocalNode {
     cgroup: String,
     hierarchies: Vec<PathBuf>,
     bridge: String,
+    /// [`NodeOptions::kubelet_flags`].
+    kubelet_flags: Vec<String>,
     /// The port-less bridge that carries [`LocalNode::node_ip`].
     ip_holder: String,
     /// The Node's InternalIP (`--node-ip`): what probes and the apiserver dial.
@@ -242,6 +246,7 @@ impl LocalNode {
             hierarchies: cgroup_hierarchies()?,
             bridge: format!("ntn{pid}{n}").chars().take(15).collect(),
             ip_holder: format!("ntd{pid}{n}").chars().take(15).collect(),
+            kubelet_flags: opts.kubelet_flags.clone(),
             node_ip: format!("10.253.255.{}", n % 250 + 1),
             holder: Mutex::new(None),
             containerd: Mutex::new(None),
@@ -501,6 +506,9 @@ mount -t tmpfs nodetopo-node /run
             format!("--node-ip={}", self.node_ip),
             "--v=2".into(),
         ]
+        .into_iter()
+        .chain(self.kubelet_flags.iter().cloned())
+        .collect()
     }
 
     /// The log of the kubelet's current (latest) start.
