@@ -42,7 +42,7 @@ pub struct KubeletConfigPaths {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     /// The kubelet that reads the files the agent reads: its configuration flags.
-    Flags(ConfigFlags),
+    Flags(Box<ConfigFlags>),
     /// Its command line was not read, and why.
     NotRead(String),
 }
@@ -91,7 +91,7 @@ pub fn command_line(
     if reads_dropins {
         // The check actuation runs before an apply answers the same question.
         return match cmdline::decide(found, check) {
-            Ok(Checked::Found(k)) => Ok(Found::Flags(k.flags)),
+            Ok(Checked::Found(k)) => Ok(Found::Flags(Box::new(k.flags))),
             Ok(Checked::NoKubelet) => Ok(Found::NotRead(format!(
                 "no kubelet process under {}",
                 check.proc_root.display()
@@ -142,7 +142,7 @@ pub fn command_line(
             "the kubelet (process {}) also reads the drop-ins in --config-dir {d}, which the agent does not read (its --kubelet-config-dir is empty)",
             k.pid
         ))),
-        None => Ok(Found::Flags(k.flags)),
+        None => Ok(Found::Flags(Box::new(k.flags))),
     }
 }
 
@@ -150,7 +150,7 @@ pub fn command_line(
 /// where `found` has them, its command line's flags over them.
 pub fn effective(paths: &KubeletConfigPaths, found: &Found) -> Result<KubeletTm, String> {
     let none = ConfigFlags::default();
-    let flags = match found {
+    let flags: &ConfigFlags = match found {
         Found::Flags(f) => f,
         Found::NotRead(_) => &none,
     };
@@ -360,9 +360,9 @@ pub(crate) mod tests {
         }
     }
 
-    fn flags(line: &str) -> ConfigFlags {
+    fn flags(line: &str) -> Box<ConfigFlags> {
         let args: Vec<String> = line.split_whitespace().map(String::from).collect();
-        cmdline::parse(1, &args).expect("parses").flags
+        Box::new(cmdline::parse(1, &args).expect("parses").flags)
     }
 
     #[test]
