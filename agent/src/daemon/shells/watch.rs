@@ -56,7 +56,7 @@ fn mask() -> WatchMask {
 /// How local mode learns that its files may have changed.
 pub enum Wakeups {
     /// inotify on the inputs' directories.
-    Watched(Watch),
+    Watched(Box<Watch>),
     /// No notification (disabled, or it could not start, or the pods directory's watch was
     /// lost): the timer alone.
     Polled {
@@ -164,7 +164,7 @@ impl Wakeups {
                 }
             }
         };
-        Wakeups::Watched(Watch {
+        Wakeups::Watched(Box::new(Watch {
             fd,
             pods: (pods_wd, pods_dir.to_path_buf()),
             others,
@@ -174,7 +174,7 @@ impl Wakeups {
             wake: false,
             broken: None,
             buffer: vec![0; 16 * 1024],
-        })
+        }))
     }
 
     /// The interval of the timer: the poll interval without notification, else the slow
