@@ -57,11 +57,16 @@ pub struct Args {
     /// Local mode: no file-change notification; poll every --poll-ms instead.
     #[arg(long, requires = "local")]
     pub no_watch: bool,
-    /// Local mode, with notification: how long a changed pod file must stay unchanged, in
-    /// milliseconds, before it is read (event-to-status latency is about this plus one
-    /// processing cycle).
+    /// Local mode, with notification: how long a changed pod file must stay quiet, in
+    /// milliseconds, before it is read; a file renamed into the pods directory is read at
+    /// once (event-to-status latency is then one processing cycle).
     #[arg(long, default_value_t = 2)]
     pub settle_ms: u64,
+    /// Local mode, with notification: how long a pod file written and not yet closed is left
+    /// unread after its last write, in milliseconds (then read anyway: a writer that never
+    /// closes it).
+    #[arg(long, default_value_t = 10_000)]
+    pub write_hold_ms: u64,
     /// Log format. The level comes from RUST_LOG (default "info").
     #[arg(long, env = "NODETOPO_LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -149,6 +154,7 @@ fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
         poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
         watch: !args.no_watch,
         settle: std::time::Duration::from_millis(args.settle_ms.max(1)),
+        write_hold: std::time::Duration::from_millis(args.write_hold_ms),
     })
 }
 

@@ -398,3 +398,137 @@ fn without_notification_the_poll_sees_pod_files() {
     e.wait("the removed pod released", |s| allocations(s).is_empty());
     stop(c);
 }
+
+/// The pods of the allocations, one entry per container.
+fn allocated_pods(s: &Value) -> Vec<String> {
+    allocations(s).into_iter().map(|(pod, _)| pod).collect()
+}
+
+/// A pod file written in chunks by a writer that keeps it open is never read half-written
+/// (chunk one alone is a valid pod of one container): two pods renamed in after chunk one
+/// reach the status while the chunked one does not; after the close it arrives with both of
+/// its containers. The poll is ten minutes and the write hold too: only the events drive the
+/// looks, and the open file is held for as long as the test needs.
+#[test]
+fn a_pod_file_written_in_chunks_is_never_read_half_written() {
+    use std::io::Write as _;
+    let e = Env::new();
+    let c = e.start_with(
+        &e.p("no-kubelet"),
+        &["--poll-ms", "600000", "--write-hold-ms", "600000"],
+    );
+    e.wait("first status", |s| {
+        s.get("observedGeneration").and_then(Value::as_i64) == Some(1)
+    });
+    let mut f = fs::File::create(e.pods().join("chunked.yaml")).expect("create");
+    f.write_all(
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: c, uid: uc, creationTimestamp: \"2024-01-01T00:00:00Z\"}\n\
+          spec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n",
+    )
+    .expect("chunk one");
+    e.pod(1, 2);
+    e.wait("the pod renamed in after chunk one", |s| {
+        allocated_pods(s).contains(&"default/p1".to_string())
+    });
+    e.pod(2, 2);
+    let s = e.wait("the second pod renamed in after chunk one", |s| {
+        allocated_pods(s).contains(&"default/p2".to_string())
+    });
+    assert!(
+        !allocated_pods(&s).contains(&"default/c".to_string()),
+        "chunk one was read while its writer had the file open: {s:?}"
+    );
+    f.write_all(b"  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n")
+        .expect("chunk two");
+    drop(f);
+    let s = e.wait("the chunked pod after the close", |s| {
+        allocated_pods(s).contains(&"default/c".to_string())
+    });
+    let containers = allocated_pods(&s)
+        .iter()
+        .filter(|p| p.as_str() == "default/c")
+        .count();
+    assert_eq!(containers, 2, "both containers of the complete file: {s:?}");
+    stop(c);
+}
+
+/// A burst of changes ends in the last state: pods renamed in and removed, one file
+/// rewritten in place thirty times (each version a different pod), as fast as the test can;
+/// the status ends with exactly the pods of the last versions, none of the files reported.
+/// The poll is ten minutes: only the events bring the changes.
+#[test]
+fn a_burst_of_pod_file_changes_ends_in_the_last_state() {
+    let e = Env::new();
+    let c = e.start_with(&e.p("no-kubelet"), &["--poll-ms", "600000"]);
+    e.wait("first status", |s| {
+        s.get("observedGeneration").and_then(Value::as_i64) == Some(1)
+    });
+    let rewritten = e.pods().join("rewritten.yaml");
+    for n in 1..=30u32 {
+        e.pod(n, 1);
+        if n % 3 == 0 {
+            fs::remove_file(e.pods().join(format!("p{}.yaml", n - 1))).expect("remove");
+        }
+        fs::write(
+            &rewritten,
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: r{n:02}, uid: r{n:02}, creationTimestamp: \"2024-01-01T00:01:00Z\"}}\n\
+                 spec:\n  containers:\n  - name: app\n    resources: {{limits: {{cpu: \"1\", memory: 1Gi}}}}\n"
+            ),
+        )
+        .expect("rewrite");
+    }
+    let mut want: Vec<String> = (1..=30u32)
+        .filter(|n| n % 3 != 2)
+        .map(|n| format!("default/p{n}"))
+        .chain(["default/r30".to_string()])
+        .collect();
+    want.sort();
+    let s = e.wait("exactly the last versions", |s| {
+        let mut got = allocated_pods(s);
+        got.sort();
+        got == want
+    });
+    assert!(
+        cond_is(&s, "PodsReadable", "True", "AllRead"),
+        "{:?}",
+        condition(&s, "PodsReadable")
+    );
+    stop(c);
+}
+
+/// When notification cannot be set up (the pods directory does not exist yet when the agent
+/// starts: nothing to watch) the agent polls: the directory created later and a pod in it
+/// reach the status.
+#[test]
+fn without_a_pods_directory_to_watch_the_agent_polls() {
+    let e = Env::new();
+    fs::remove_dir(e.pods()).expect("rmdir");
+    let c = e.start_with(&e.p("no-kubelet"), &["--poll-ms", "5"]);
+    e.wait("the missing pods directory reported", |s| {
+        message(s, "PodsReadable").contains("pods directory")
+    });
+    fs::create_dir(e.pods()).expect("mkdir");
+    e.pod(1, 2);
+    e.wait("the pod's allocation", |s| allocations(s).len() == 1);
+    stop(c);
+}
+
+/// When the watch breaks (the pods directory removed while the agent runs) the agent polls
+/// from then on: the directory made again and a pod in it reach the status.
+#[test]
+fn after_the_pods_directory_went_away_the_agent_polls() {
+    let e = Env::new();
+    let c = e.start_with(&e.p("no-kubelet"), &["--poll-ms", "5"]);
+    e.wait("first status", |s| {
+        s.get("observedGeneration").and_then(Value::as_i64) == Some(1)
+    });
+    fs::remove_dir(e.pods()).expect("rmdir");
+    e.wait("the missing pods directory reported", |s| {
+        message(s, "PodsReadable").contains("pods directory")
+    });
+    fs::create_dir(e.pods()).expect("mkdir");
+    e.pod(1, 2);
+    e.wait("the pod's allocation", |s| allocations(s).len() == 1);
+    stop(c);
+}

@@ -5,11 +5,11 @@
 //! `PodsReadable` condition and skipped; if an earlier version of it parsed, that version
 //! stays in effect, so a half-written file never releases anyone's CPUs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use nodetopo_crds::NodeTopology;
@@ -17,6 +17,7 @@ use nodetopo_kubelet::pods::pods_from_yaml;
 
 use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::inputs::settle::{self, is_pod_file, Changes, Rule, Seen, Verdict};
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::shells::cycle::{now, Cycle};
@@ -32,10 +33,8 @@ type Stamp = (Option<SystemTime>, u64, u64);
 
 /// One pod file as last seen.
 struct FileEntry {
-    /// The version last seen.
-    stamp: Stamp,
-    /// Whether that version was read (false: seen once, waiting to settle).
-    read: bool,
+    /// The version last seen, when it changed, whether it was read (the settle rule's view).
+    seen: Seen<Stamp>,
     /// The pods of the last version that parsed, if any.
     good: Option<Vec<PodInfo>>,
     /// The error of the current version, if it does not parse or cannot be read.
@@ -44,13 +43,10 @@ struct FileEntry {
 
 /// Reads pod files and keeps the last good version of each.
 ///
-/// A file is read only once it has settled: the same modification time, size and inode at
-/// two consecutive scans, and unchanged across the read. The second scan comes the settle
-/// time after the first (`--settle-ms`, with change notification; any further change to the
-/// directory starts over) or one poll interval later (without). A file written in several
-/// steps is therefore not admitted as it looked after the first step, as long as the steps
-/// are less than that apart (writers that need more should write a temp file and rename
-/// it, as the kubelet's ConfigMap writer does). Symlinks are followed, so the ConfigMap mount
+/// A file is read only once it has settled ([`settle::look`]: with change notification,
+/// renamed in, or closed by its writer and quiet for `--settle-ms`; without, the same
+/// modification time, size and inode at two consecutive scans) and only if it did not change
+/// across the read. Symlinks are followed, so the ConfigMap mount
 /// layout (`pods.yaml -> ..data/pods.yaml`, `..data -> ..<timestamp>/`) works; names starting
 /// with a dot are never pod files. Files that cannot be read (not a regular file, too large,
 /// dangling symlink, no permission) or do not parse are reported and skipped; a file that
@@ -58,14 +54,6 @@ struct FileEntry {
 #[derive(Default)]
 pub struct PodDir {
     files: BTreeMap<PathBuf, FileEntry>,
-}
-
-fn is_pod_file(p: &Path) -> bool {
-    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    !name.starts_with('.')
-        && [".yaml", ".yml", ".json"]
-            .iter()
-            .any(|ext| name.ends_with(ext))
 }
 
 /// Converts Kubernetes Pods (from YAML) into the core's pod records.
@@ -89,77 +77,78 @@ pub struct Scan {
     pub problems: Vec<String>,
     /// Whether every file was read (none is still settling).
     pub settled: bool,
+    /// When the soonest settling file should be looked at again (none settling: `None`).
+    pub look_again: Option<Duration>,
 }
 
+/// No stamp: the file could not be stat'ed.
+const NO_STAMP: Stamp = (None, 0, 0);
+
 impl PodDir {
-    /// Scans the directory: every pod in effect, the problems found, and whether every
-    /// file has settled.
-    pub fn scan(&mut self, dir: &Path) -> Result<Scan, String> {
+    /// Scans the directory at `now`, with the events drained since the last scan
+    /// (`changes`; none without notification) and the settle rule `rule`: every pod in
+    /// effect, the problems found, whether every file has settled and when to look again.
+    pub fn scan(
+        &mut self,
+        dir: &Path,
+        changes: &Changes,
+        now: Instant,
+        rule: Rule,
+    ) -> Result<Scan, String> {
         let rd =
             std::fs::read_dir(dir).map_err(|e| format!("pods directory {}: {e}", dir.display()))?;
-        let mut seen = Vec::new();
-        let mut settled = true;
+        let mut present = BTreeSet::new();
+        let mut look_again: Option<Duration> = None;
+        let mut wait = |d: Duration| look_again = Some(look_again.map_or(d, |l| l.min(d)));
         for entry in rd.flatten() {
             let path = entry.path();
             if !is_pod_file(&path) {
                 continue;
             }
-            seen.push(path.clone());
             // Follows symlinks (the ConfigMap layout); a dangling one is reported.
             let meta = match std::fs::metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
-                    self.problem(&path, (None, 0, 0), format!("cannot be read: {e}"));
+                    present.insert(path.clone());
+                    self.problem(&path, now, format!("cannot be read: {e}"));
                     continue;
                 }
             };
             if meta.is_dir() {
-                seen.pop();
                 continue;
             }
+            present.insert(path.clone());
             let stamp = stamp_of(&meta);
-            match self.files.get_mut(&path) {
-                Some(f) if f.stamp == stamp && f.read => continue,
-                Some(f) if f.stamp == stamp => {}
-                Some(f) => {
-                    // Changed since the last scan: wait one interval for it to settle.
-                    f.stamp = stamp;
-                    f.read = false;
-                    settled = false;
+            let prev = self.files.get(&path).map(|f| f.seen.clone());
+            let (seen, verdict) = settle::look(prev, stamp, changes.news_of(&path), now, rule);
+            let f = self.files.entry(path.clone()).or_insert(FileEntry {
+                seen: seen.clone(),
+                good: None,
+                error: None,
+            });
+            f.seen = seen;
+            match verdict {
+                Verdict::Keep => continue,
+                Verdict::Wait(after) => {
+                    wait(after);
                     continue;
                 }
-                None => {
-                    self.files.insert(
-                        path,
-                        FileEntry {
-                            stamp,
-                            read: false,
-                            good: None,
-                            error: None,
-                        },
-                    );
-                    settled = false;
-                    continue;
-                }
+                Verdict::Read => {}
             }
-            // Settled for one interval: read it, and use it only if it did not change
-            // while being read.
+            // Settled: read it, and use it only if it did not change while being read.
             let read = read_text_bounded(&path, MAX_POD_FILE_BYTES);
-            let after = std::fs::metadata(&path).map(|m| stamp_of(&m)).ok();
-            if after != Some(stamp) {
-                if let Some(f) = self.files.get_mut(&path) {
-                    f.stamp = after.unwrap_or((None, 0, 0));
-                    f.read = false;
-                }
-                settled = false;
+            let after = std::fs::metadata(&path).map_or(NO_STAMP, |m| stamp_of(&m));
+            if after != stamp {
+                f.seen = f.seen.clone().moved(after, now);
+                wait(rule.quiet);
                 continue;
             }
             let parsed = match read {
                 Ok(text) => pod_infos(&text),
                 Err(e) => Err(format!("the file {e}")),
             };
-            if let Some(f) = self.files.get_mut(&path) {
-                f.read = true;
+            {
+                f.seen.read = true;
                 match parsed {
                     Ok(pods) => {
                         f.good = Some(pods);
@@ -169,12 +158,14 @@ impl PodDir {
                 }
             }
         }
-        self.files.retain(|p, _| seen.contains(p));
+        self.files.retain(|p, _| present.contains(p));
+        let settled = self.files.values().all(|f| f.seen.read);
         let (pods, problems) = self.in_effect();
         Ok(Scan {
             pods,
             problems,
             settled,
+            look_again,
         })
     }
 
@@ -208,15 +199,20 @@ impl PodDir {
     }
 
     /// Records a file that cannot be read at all (its last good version stays in effect).
-    fn problem(&mut self, path: &Path, stamp: Stamp, why: String) {
-        let f = self.files.entry(path.to_path_buf()).or_insert(FileEntry {
-            stamp,
+    fn problem(&mut self, path: &Path, now: Instant, why: String) {
+        let seen = Seen {
+            stamp: NO_STAMP,
+            changed_at: now,
+            writing: false,
+            complete: false,
             read: true,
+        };
+        let f = self.files.entry(path.to_path_buf()).or_insert(FileEntry {
+            seen: seen.clone(),
             good: None,
             error: None,
         });
-        f.stamp = stamp;
-        f.read = true;
+        f.seen = seen;
         f.error = Some(format!("{}: {why}", path.display()));
     }
 }
@@ -276,8 +272,34 @@ pub struct Config {
     pub poll: Duration,
     /// Whether change notification is used (else the poll alone).
     pub watch: bool,
-    /// With notification: how long a changed pod file must stay unchanged before it is read.
+    /// With notification: how long a changed pod file (other than one renamed in) must stay
+    /// quiet before it is read.
     pub settle: Duration,
+    /// With notification: how long a pod file written and not closed is left unread after
+    /// its last write (then read anyway: a writer that never closes it).
+    pub write_hold: Duration,
+}
+
+/// The rescan (or poll) timer; a late tick is not made up for.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+fn log_wakeups(wakeups: &Wakeups, config: &Config) {
+    match wakeups {
+        Wakeups::Watched(_) => tracing::info!(
+            "watching the pods directory and the spec file (settle {:?}, write hold {:?}; rescan every {:?}; not watched: {:?})",
+            config.settle,
+            config.write_hold,
+            wakeups.rescan(config.poll),
+            wakeups.unwatched(),
+        ),
+        Wakeups::Polled { why } => {
+            tracing::info!("polling every {:?}: {why}", config.poll)
+        }
+    }
 }
 
 /// The local-mode loop until SIGTERM/SIGINT.
@@ -313,25 +335,16 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
     };
     let mut cycle = Cycle::new(cp_path.clone());
     let shutdown = Shutdown::on_signals();
-    let wakeups = Wakeups::start(
+    let mut wakeups = Wakeups::start(
         config.watch,
         pods_dir,
         &[spec_path.as_path(), kubelet_state.as_path()],
         status_path,
     );
-    match &wakeups {
-        Wakeups::Watched { unwatched, .. } => tracing::info!(
-            "watching the pods directory and the spec file (settle {:?}; rescan every {:?}; not watched: {unwatched:?})",
-            config.settle,
-            wakeups.rescan(config.poll)
-        ),
-        Wakeups::Polled { why } => {
-            tracing::info!("polling every {:?}: {why}", config.poll)
-        }
-    }
-    let mut tick = tokio::time::interval(wakeups.rescan(config.poll));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // When a pod file seen changed is looked at again (the settle rule's second look).
+    log_wakeups(&wakeups, &config);
+    let mut period = wakeups.rescan(config.poll);
+    let mut tick = ticker(period);
+    // When a settling pod file is looked at again (the settle rule's next look).
     let mut settle_at: Option<tokio::time::Instant> = None;
     loop {
         let settled_check = async {
@@ -346,6 +359,14 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
             _ = settled_check => false,
             _ = shutdown.requested() => true,
         };
+        // Every event up to now, read before the scan stats the files.
+        let changes = wakeups.drain();
+        if wakeups.rescan(config.poll) != period {
+            // The watch broke (the pods directory went away): poll from now on.
+            log_wakeups(&wakeups, &config);
+            period = wakeups.rescan(config.poll);
+            tick = ticker(period);
+        }
         if stop {
             metrics.stopping();
         }
@@ -356,12 +377,15 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
         // The first pod list waits until every file has settled: a restored allocation must
         // never be released because its pod's file was still being written. Later, a
         // settling file counts with its last good version (or not yet, when new).
-        match dir.scan(pods_dir) {
+        let looked = tokio::time::Instant::now();
+        let rule = wakeups.rule(config.settle, config.write_hold);
+        settle_at = None;
+        match dir.scan(pods_dir, &changes, looked.into_std(), rule) {
             Ok(scan) => {
-                settle_at = match wakeups.settle(config.settle) {
-                    Some(after) if !scan.settled => Some(tokio::time::Instant::now() + after),
-                    _ => None,
-                };
+                // Without notification the next poll is the next look.
+                if wakeups.is_watched() {
+                    settle_at = scan.look_again.map(|after| looked + after);
+                }
                 if scan.settled || synced_once {
                     synced_once = true;
                     core.apply(Event::PodsSynced(scan.pods));
@@ -415,35 +439,207 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
+    use crate::daemon::inputs::settle::Rule;
+    use crate::daemon::shells::watch::Wakeups;
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
     const SECOND: &str = "  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
+
+    const WATCHED: Rule = Rule {
+        quiet: Duration::from_millis(2),
+        write_hold: Duration::from_secs(10),
+    };
+    const POLLED: Rule = Rule {
+        quiet: Duration::ZERO,
+        write_hold: Duration::from_secs(10),
+    };
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
 
     fn containers(scan: &Scan) -> Vec<usize> {
         scan.pods.iter().map(|p| p.pod.containers.len()).collect()
     }
 
+    fn uids(scan: &Scan) -> Vec<&str> {
+        scan.pods.iter().map(|p| p.pod.uid.as_str()).collect()
+    }
+
+    /// A pod of one container whose name and uid end in `n` (two digits: every version has
+    /// the same size).
+    fn pod(n: u32) -> String {
+        POD.replace(
+            "{name: p, uid: u}",
+            &format!("{{name: p{n:02}, uid: u{n:02}}}"),
+        )
+    }
+
+    /// A pods directory watched as `run --local` watches it, and its scanner; time is an
+    /// input (`at`, milliseconds after `t0`).
+    struct Watched {
+        dir: tempfile::TempDir,
+        wakeups: Wakeups,
+        pods: PodDir,
+        t0: Instant,
+    }
+
+    impl Watched {
+        fn new() -> Watched {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let own = dir.path().join("status.yaml");
+            let wakeups = Wakeups::start(true, dir.path(), &[], &own);
+            assert!(wakeups.is_watched(), "inotify on a temp directory");
+            Watched {
+                dir,
+                wakeups,
+                pods: PodDir::default(),
+                t0: Instant::now(),
+            }
+        }
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+        /// Drains the events (everything written so far) and scans.
+        fn scan(&mut self, at: u64) -> Scan {
+            let changes = self.wakeups.drain();
+            self.pods
+                .scan(self.dir.path(), &changes, self.t0 + ms(at), WATCHED)
+                .expect("scan")
+        }
+        /// A complete file, renamed in.
+        fn rename_in(&self, name: &str, text: &str) {
+            let tmp = self.path(&format!(".{name}.tmp"));
+            std::fs::write(&tmp, text).expect("write");
+            std::fs::rename(tmp, self.path(name)).expect("rename");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_written_in_chunks_is_read_only_once_closed() {
+        let mut w = Watched::new();
+        let mut f = std::fs::File::create(w.path("p.yaml")).expect("create");
+        // Chunk one: a complete-looking pod with one container; the writer keeps the file.
+        f.write_all(POD.as_bytes()).expect("write");
+        for at in [0, 3, 100, 5_000, 9_999] {
+            let s = w.scan(at);
+            assert!(
+                !s.settled && s.pods.is_empty(),
+                "at {at} ms: not read while its writer has it open"
+            );
+            assert_eq!(s.look_again, Some(ms(10_000 - at)), "at {at} ms");
+        }
+        // Chunk two, in two writes, and the close.
+        let (a, b) = SECOND.split_at(10);
+        f.write_all(a.as_bytes()).expect("write");
+        let s = w.scan(10_001);
+        assert!(s.pods.is_empty(), "written again: the hold starts over");
+        f.write_all(b.as_bytes()).expect("write");
+        drop(f);
+        let s = w.scan(10_002);
+        assert!(s.pods.is_empty(), "closed: quiet time first");
+        assert_eq!(s.look_again, Some(ms(2)));
+        let s = w.scan(10_004);
+        assert!(s.settled);
+        assert_eq!(containers(&s), [2], "only the complete file is used");
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_changes_ends_in_the_last_state() {
+        let mut w = Watched::new();
+        w.rename_in("main.yaml", &pod(0));
+        assert_eq!(uids(&w.scan(0)), ["u00"], "renamed in: read at once");
+        // Forty rewrites in place, all of one size, other files added and removed between,
+        // a scan now and then.
+        for n in 1..=40u32 {
+            std::fs::write(w.path("main.yaml"), pod(n)).expect("rewrite");
+            w.rename_in(&format!("x{n}.yaml"), &pod(100 + n));
+            if n % 2 == 0 {
+                std::fs::remove_file(w.path(&format!("x{}.yaml", n - 1))).expect("remove");
+            }
+            if n % 7 == 0 {
+                w.scan(u64::from(n));
+            }
+        }
+        w.scan(41);
+        let s = w.scan(50);
+        assert!(s.settled);
+        let mut want: Vec<String> = (2..=40)
+            .step_by(2)
+            .map(|n| format!("u{}", 100 + n))
+            .collect();
+        want.push("u40".into());
+        want.sort();
+        let mut got: Vec<&str> = uids(&s);
+        got.sort();
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn a_rewrite_that_keeps_the_stamp_is_read_again() {
+        // `cp -p` or `rsync -t` over a file of the same size: same inode, size and
+        // modification time. Only the events tell.
+        let mut w = Watched::new();
+        let file = w.path("main.yaml");
+        std::fs::write(&file, pod(1)).expect("write");
+        w.scan(0);
+        assert_eq!(uids(&w.scan(2)), ["u01"]);
+        let mtime = std::fs::metadata(&file)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        let before = stamp_of(&std::fs::metadata(&file).expect("stat"));
+        std::fs::write(&file, pod(2)).expect("rewrite");
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(mtime))
+            .expect("set mtime");
+        assert_eq!(stamp_of(&std::fs::metadata(&file).expect("stat")), before);
+        w.scan(10);
+        assert_eq!(uids(&w.scan(12)), ["u02"]);
+    }
+
+    #[tokio::test]
+    async fn a_removed_file_is_seen() {
+        let mut w = Watched::new();
+        w.rename_in("a.yaml", &pod(1));
+        w.rename_in("b.yaml", &pod(2));
+        assert_eq!(uids(&w.scan(0)), ["u01", "u02"]);
+        std::fs::remove_file(w.path("a.yaml")).expect("remove");
+        let s = w.scan(1);
+        assert_eq!(uids(&s), ["u02"]);
+        assert!(s.settled && s.problems.is_empty(), "{:?}", s.problems);
+    }
+
     #[test]
-    fn a_file_written_in_two_steps_is_used_only_complete() {
+    fn polled_a_file_written_in_two_steps_is_used_only_complete() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("p.yaml");
         let mut d = PodDir::default();
+        let t0 = Instant::now();
+        let mut scan = |at: u64| {
+            d.scan(dir.path(), &Changes::default(), t0 + ms(at), POLLED)
+                .expect("scan")
+        };
         // Step one: a complete-looking pod with one container.
         std::fs::write(&file, POD).expect("write");
-        let s = d.scan(dir.path()).expect("scan");
+        let s = scan(0);
         assert!(
             !s.settled && s.pods.is_empty(),
             "not used before it settled"
         );
-        // Step two, before the next scan: the second container.
+        // Step two, before the next poll: the second container.
         std::fs::write(&file, format!("{POD}{SECOND}")).expect("append");
-        let s = d.scan(dir.path()).expect("scan");
+        let s = scan(50);
         assert!(
             !s.settled && s.pods.is_empty(),
             "changed again: still settling"
         );
-        let s = d.scan(dir.path()).expect("scan");
+        let s = scan(100);
         assert!(s.settled);
         assert_eq!(containers(&s), [2], "only the complete file is used");
         assert!(s.problems.is_empty(), "{:?}", s.problems);
@@ -468,8 +664,13 @@ mod tests {
         assert_eq!(unsafe { libc_mkfifo(c.as_ptr()) }, 0);
         symlink("nowhere.yaml", root.join("dangling.yaml")).expect("dangling");
         let mut d = PodDir::default();
-        d.scan(root).expect("scan");
-        let s = d.scan(root).expect("scan");
+        let t0 = Instant::now();
+        let mut scan = |at: u64| {
+            d.scan(root, &Changes::default(), t0 + ms(at), POLLED)
+                .expect("scan")
+        };
+        scan(0);
+        let s = scan(50);
         assert_eq!(containers(&s), [1]);
         let problems = s.problems.join("; ");
         assert!(
@@ -486,8 +687,8 @@ mod tests {
         std::fs::write(v2.join("pods.yaml"), format!("{POD}{SECOND}")).expect("write");
         symlink("..2024_01_01_00_00_01.2", root.join("..data_tmp")).expect("tmp");
         std::fs::rename(root.join("..data_tmp"), root.join("..data")).expect("swap");
-        d.scan(root).expect("scan");
-        let s = d.scan(root).expect("scan");
+        scan(100);
+        let s = scan(150);
         assert_eq!(containers(&s), [2]);
     }
 
