@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 /// nodetopo node agent and offline CPU-placement tools.
 #[derive(Debug, Parser)]
+// `about` is the package description (Cargo.toml), as the help has always shown it.
 #[command(name = "nodetopo-agent", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
