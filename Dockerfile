@@ -30,7 +30,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked -p nodetopo-operator -p nodetopo-agent \
+    cargo build --release --locked -p nodetopo-operator -p nodetopo-agent-bin \
  && mkdir -p /out \
  && cp target/release/nodetopo-operator target/release/nodetopo-agent /out/
 

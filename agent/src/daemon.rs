@@ -17,7 +17,6 @@ pub mod agreement;
 pub mod checkpoint;
 pub mod core;
 pub mod inputs;
-pub mod kubelet_state;
 pub mod publish;
 pub mod shells;
 

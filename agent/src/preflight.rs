@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use nodetopo_cli::diff::kubelet_cmdline::{self, KubeletCommandLine};
+use nodetopo_kubelet::cmdline::{self as kubelet_cmdline, KubeletCommandLine};
 use serde::Serialize;
 
 /// Arguments of `nodetopo-agent preflight`.

@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use nodetopo_engine::change::{plan_change, ChangeInput, ChangePlan, KubeletCpuState};
-use nodetopo_kubelet::cpu_checkpoint;
-
-pub use nodetopo_kubelet::{cmdline as kubelet_cmdline, config as kubelet, yaml as kubelet_yaml};
+use nodetopo_kubelet::config as kubelet;
+use nodetopo_kubelet::{cmdline, cpu_checkpoint};
 
 /// Arguments of `diff`.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,19 +53,10 @@ pub struct Args {
     pub output: Output,
 }
 
-/// The kubelet's command line from a file (see [`Args::kubelet_command_line`]): the
-/// program, then its arguments.
-pub fn read_command_line(path: &Path) -> anyhow::Result<kubelet_cmdline::KubeletCommandLine> {
-    let bytes = nodetopo_engine::files::read_bounded(path, 1 << 20)
-        .map_err(|e| anyhow::anyhow!("--kubelet-command-line {}: the file {e}", path.display()))?;
-    let words = kubelet_cmdline::words(&bytes);
-    let Some(program) = words.first() else {
-        anyhow::bail!("--kubelet-command-line {}: empty", path.display());
-    };
-    // The program name is optional; the arguments start at the first flag.
-    let skip = usize::from(!program.starts_with('-'));
-    let k = kubelet_cmdline::parse(0, &words[skip..])
-        .map_err(|e| anyhow::anyhow!("--kubelet-command-line {}: {e}", path.display()))?;
+/// The kubelet's command line from a file (see [`Args::kubelet_command_line`], read by
+/// [`cmdline::read_file`]); one without `--config-dir` is refused.
+pub fn read_command_line(path: &Path) -> anyhow::Result<cmdline::KubeletCommandLine> {
+    let k = cmdline::read_file(path).map_err(|e| anyhow::anyhow!("--kubelet-command-line {e}"))?;
     if k.config_dir.is_none() {
         anyhow::bail!(
             "--kubelet-command-line {}: the kubelet runs without --config-dir, so it would ignore nodetopo's drop-in; start it with --config-dir",

@@ -36,13 +36,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nodetopo_cli::diff::kubelet::{
+use nodetopo_engine::change::OwnedConfig;
+use nodetopo_engine::{quantity, CpuSet};
+use nodetopo_kubelet::cmdline as kubelet_cmdline;
+use nodetopo_kubelet::config::{
     read_below_dropin, read_config, read_config_with_flags, render_dropin, KubeletFileConfig,
     DROPIN_NAME,
 };
-use nodetopo_cli::diff::kubelet_cmdline;
-use nodetopo_engine::change::OwnedConfig;
-use nodetopo_engine::{quantity, CpuSet};
 use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
 use serde::Deserialize;
 
@@ -763,7 +763,7 @@ fn config_reading_agrees_with_the_kubelet() {
                 case.args().join(" "),
                 std::fs::read_to_string(case.config()).unwrap_or_default()
             );
-            if let Ok(list) = nodetopo_cli::diff::kubelet::dropins(&case.config_dir()) {
+            if let Ok(list) = nodetopo_kubelet::config::dropins(&case.config_dir()) {
                 for f in list {
                     s.push_str(&format!(
                         "--- {}\n{}",

@@ -371,6 +371,20 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
     Ok(())
 }
 
+/// A kubelet command line saved to a file (a copy of `/proc/<pid>/cmdline`, NUL-separated,
+/// or the same as text, `ps -o args= -p <pid>`), parsed as [`parse`] does. The program name
+/// is optional: the arguments start at the first flag. An error names the file.
+pub fn read_file(path: &Path) -> anyhow::Result<KubeletCommandLine> {
+    let bytes = nodetopo_engine::files::read_bounded(path, MAX_CMDLINE_BYTES)
+        .map_err(|e| anyhow::anyhow!("{}: the file {e}", path.display()))?;
+    let words = words(&bytes);
+    let Some(program) = words.first() else {
+        anyhow::bail!("{}: empty", path.display());
+    };
+    let skip = usize::from(!program.starts_with('-'));
+    parse(0, &words[skip..]).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
 /// The effective uid of process `pid` (its `status` file's `Uid:` line), `None` when
 /// unreadable.
 fn effective_uid(dir: &Path) -> Option<u32> {
@@ -816,5 +830,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot list processes"), "{e}");
+    }
+
+    #[test]
+    fn a_saved_command_line_is_read_with_or_without_its_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let nul = dir.path().join("cmdline");
+        std::fs::write(
+            &nul,
+            b"/usr/bin/kubelet\0--config-dir=/etc/k\0--reserved-cpus=0-1\0",
+        )
+        .unwrap();
+        let k = read_file(&nul).unwrap();
+        assert_eq!((k.pid, k.config_dir.as_deref()), (0, Some("/etc/k")));
+        assert_eq!(k.flags.reserved_cpus.as_deref(), Some("0-1"));
+        let text = dir.path().join("args");
+        std::fs::write(&text, "--config-dir /etc/k --cpu-manager-policy static\n").unwrap();
+        let k = read_file(&text).unwrap();
+        assert_eq!(k.config_dir.as_deref(), Some("/etc/k"));
+        assert_eq!(k.flags.cpu_manager_policy.as_deref(), Some("static"));
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, " \n").unwrap();
+        let e = read_file(&empty).unwrap_err().to_string();
+        assert_eq!(e, format!("{}: empty", empty.display()));
+        std::fs::write(&text, "kubelet --config").unwrap();
+        let e = read_file(&text).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: ", text.display())) && e.contains("--config has no value"),
+            "{e}"
+        );
+        let e = read_file(&dir.path().join("absent"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("absent: the file"), "{e}");
     }
 }

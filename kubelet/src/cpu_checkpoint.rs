@@ -575,4 +575,6 @@ pub fn read(path: &Path) -> Result<Option<CpuCheckpoint>, ReadError> {
 }
 
 #[cfg(test)]
+mod file_tests;
+#[cfg(test)]
 mod tests;

@@ -276,10 +276,10 @@ fn reads_as_the_kubelet_restores_and_writes_its_bytes() {
     }
 
     // Our reader: the kubelet's verdict and state on every file and variant.
-    // Also the files older kubelets wrote (agent/tests/data/kubelet-state: v2 files hashed
+    // Also the files older kubelets wrote (tests/data/kubelet-state: v2 files hashed
     // under the versioned struct name, which the PodLevelResourceManagers gate refuses).
     let mut cases = Vec::new();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/data/kubelet-state");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kubelet-state");
     let mut older: Vec<_> = std::fs::read_dir(&dir)
         .expect("the kubelet-state fixtures")
         .map(|e| e.expect("entry").path())

@@ -186,17 +186,15 @@ pub fn load(path: &Path) -> Result<Option<CheckpointData>, CheckpointError> {
     }
 }
 
-/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename,
-/// fsync of the directory. Used for the checkpoint.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    nodetopo_kubelet::atomic::write(path, bytes, None, true)
-}
-
-/// Saves the checkpoint atomically.
+/// Saves the checkpoint atomically and durably through the one atomic writer
+/// ([`nodetopo_kubelet::atomic::write`]: temp file in the same directory, fsync, rename,
+/// fsync of the directory).
 pub fn save(path: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
-    write_atomic(path, &encode(data)).map_err(|source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
+    nodetopo_kubelet::atomic::write(path, &encode(data), None, true).map_err(|source| {
+        CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

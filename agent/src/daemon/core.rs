@@ -35,7 +35,7 @@ use crate::daemon::inputs::kubelet_actual::{self, KubeletActual};
 use crate::daemon::inputs::podresources::KubeletView;
 use crate::daemon::inputs::spec::{node_config, SpecError};
 use crate::daemon::inputs::validate::{self, KubeletError};
-use crate::daemon::kubelet_state::KubeletCpuState;
+use nodetopo_kubelet::cpu_checkpoint::CpuCheckpoint;
 use nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint;
 
 mod kubelet;
@@ -197,7 +197,7 @@ pub enum Event {
     /// The spec could not be read (local mode: the spec file is malformed).
     SpecUnreadable(String),
     /// The kubelet checkpoint: absent, parsed, or why it cannot be used.
-    Kubelet(Result<Option<KubeletCpuState>, KubeletError>),
+    Kubelet(Result<Option<CpuCheckpoint>, KubeletError>),
     /// The kubelet's Memory Manager checkpoint (`memory_manager_state`): absent, read, or
     /// why it cannot be used.
     KubeletMemory(Result<Option<MemoryCheckpoint>, String>),
@@ -255,7 +255,7 @@ pub struct Core {
     /// The restored checkpoint was found inconsistent here: the shell must move it aside
     /// before the next save (see [`Core::take_quarantine_request`]).
     quarantine_requested: bool,
-    kubelet: Result<Option<KubeletCpuState>, KubeletError>,
+    kubelet: Result<Option<CpuCheckpoint>, KubeletError>,
     kubelet_memory: Result<Option<MemoryCheckpoint>, String>,
     podresources: Result<Option<KubeletView>, String>,
     pod_problems: Vec<String>,

@@ -16,7 +16,9 @@ use crate::cpumanager::{guaranteed_cpus, pod_guaranteed_cpus, CpuState, StaticPo
 use crate::cpuset::CpuSet;
 use crate::pod::{Container, Pod};
 use crate::topology::CpuTopology;
-use crate::topologymanager::{NumaMask, ProviderHints, ResourceHints, TopologyHint};
+use crate::topologymanager::{
+    NumaMask, ProviderHintSet, ProviderHints, ProviderNodes, ResourceHints, TopologyHint,
+};
 
 use crate::topologymanager::subsets::{min_width_single, within};
 
@@ -138,7 +140,7 @@ impl CpuHintSource {
     }
 }
 
-impl CpuHintSource {
+impl ProviderHintSet for CpuHintSource {
     /// The narrowest hint's width: the reusable CPUs' nodes are forced, then the nodes
     /// with the most available CPUs are added until the request is met.
     fn narrowest(&self) -> Option<u32> {
@@ -166,22 +168,16 @@ impl CpuHintSource {
         };
         Some((base + extra.max(usize::from(base == 0))) as u32)
     }
-}
 
-impl crate::topologymanager::HintSource for CpuHintSource {
-    fn lookup(&self, mask: NumaMask) -> Option<bool> {
-        CpuHintSource::lookup(self, mask)
+    fn hint(&self, mask: NumaMask) -> Option<bool> {
+        self.lookup(mask)
     }
 
-    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
+    fn nodes(&self) -> ProviderNodes<'_> {
+        ProviderNodes::new(&self.ids, self.universe, self.min_affinity)
     }
 
-    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
-        self.narrowest()
-    }
-
-    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
+    fn preferred_range(&self) -> Option<(u32, u32)> {
         let narrowest = self.narrowest()?;
         if let Some((sockets, min_sockets)) = &self.socket_rule {
             // Socket-aligned hints: a set of `min_sockets` sockets has one iff all its
@@ -216,16 +212,6 @@ impl crate::topologymanager::HintSource for CpuHintSource {
         // Every hint is at least minAffinitySize wide (available CPUs never exceed the
         // node's CPUs), so a preferred hint exists iff the narrowest hint has that width.
         (narrowest as usize == self.min_affinity).then_some((narrowest, narrowest))
-    }
-
-    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        // Upward-closed within the CPU-bearing nodes: the widest candidate decides.
-        let top = hi.and(self.universe);
-        lo.is_subset_of(top) && !lo.is_empty() && self.lookup(top).is_some()
-    }
-
-    fn is_upward_closed(&self, machine: NumaMask) -> bool {
-        machine.is_subset_of(self.universe)
     }
 }
 

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::pod::{Container, Pod};
-use crate::topologymanager::{NumaMask, TopologyHint};
+use crate::topologymanager::{NumaMask, ProviderHintSet, ProviderNodes, TopologyHint};
 
 use crate::topologymanager::subsets::{for_each_mask, min_width_single, within};
 
@@ -713,7 +713,7 @@ fn min_device_width(ids: &[usize], devices: &[NumaMask], request: u64) -> Option
     best
 }
 
-impl DeviceHintSource {
+impl ProviderHintSet for DeviceHintSource {
     /// The narrowest hint's width. Single-node devices: the reusable devices' nodes are
     /// forced, then nodes with the most available devices. Devices spanning nodes: the
     /// kubelet's enumeration by width, stopping at the first hint.
@@ -751,35 +751,13 @@ impl DeviceHintSource {
         };
         Some((base + extra).max(1) as u32)
     }
-}
 
-impl crate::topologymanager::HintSource for DeviceHintSource {
-    fn lookup(&self, mask: NumaMask) -> Option<bool> {
-        DeviceHintSource::lookup(self, mask)
+    fn hint(&self, mask: NumaMask) -> Option<bool> {
+        self.lookup(mask)
     }
 
-    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
-    }
-
-    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
-        self.narrowest()
-    }
-
-    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
-        // Free devices are a subset of all devices, so no hint is narrower than
-        // minAffinitySize: a preferred hint exists iff the narrowest hint has that width.
-        let w = self.narrowest()?;
-        (w as usize == self.min_affinity).then_some((w, w))
-    }
-
-    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
-        let top = hi.and(self.universe);
-        !lo.is_empty() && lo.is_subset_of(top) && self.lookup(top).is_some()
-    }
-
-    fn is_upward_closed(&self, machine: NumaMask) -> bool {
-        machine.is_subset_of(self.universe)
+    fn nodes(&self) -> ProviderNodes<'_> {
+        ProviderNodes::new(&self.ids, self.universe, self.min_affinity)
     }
 }
 

@@ -3,7 +3,7 @@
 //! enumeration of masks.
 
 use super::hints::{min_affinity, MemoryHintSource};
-use crate::topologymanager::{NumaMask, TopologyHint};
+use crate::topologymanager::{NumaMask, ProviderHintSet, ProviderNodes};
 
 impl MemoryHintSource {
     /// Used nodes' groups of several nodes, and the unused nodes.
@@ -19,7 +19,9 @@ impl MemoryHintSource {
         }
         (groups, NumaMask::from_bits(unused))
     }
+}
 
+impl ProviderHintSet for MemoryHintSource {
     /// The narrowest hint's width, from the structure of the hint set: single nodes, the
     /// existing groups, masks with reusable memory, and masks of two or more unused nodes
     /// (free sums only grow there, so the narrowest is a minimal-width search on free).
@@ -56,29 +58,16 @@ impl MemoryHintSource {
         }
         best
     }
-}
 
-impl crate::topologymanager::HintSource for MemoryHintSource {
-    fn lookup(&self, mask: NumaMask) -> Option<bool> {
-        MemoryHintSource::lookup(self, mask)
+    fn hint(&self, mask: NumaMask) -> Option<bool> {
+        self.lookup(mask)
     }
 
-    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
-        crate::topologymanager::subsets::materialize_within(&self.ids, machine, |m| self.lookup(m))
+    fn nodes(&self) -> ProviderNodes<'_> {
+        ProviderNodes::new(&self.ids, self.universe, self.min_affinity)
     }
 
-    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
-        self.narrowest()
-    }
-
-    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
-        // A hint needs allocatable >= request, so none is narrower than minAffinitySize:
-        // a preferred hint exists iff the narrowest hint has exactly that width.
-        let w = self.narrowest()?;
-        (w as usize == self.min_affinity).then_some((w, w))
-    }
-
-    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+    fn hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
         if lo.is_empty() || !lo.is_subset_of(hi) {
             return false;
         }
@@ -99,7 +88,7 @@ impl crate::topologymanager::HintSource for MemoryHintSource {
         top.count() >= 2 && lo.is_subset_of(top) && self.lookup(top).is_some()
     }
 
-    fn is_upward_closed(&self, machine: NumaMask) -> bool {
+    fn upward_closed(&self, machine: NumaMask) -> bool {
         // Without any placed block or reusable memory only the sums matter, and they grow.
         machine.is_subset_of(self.universe)
             && self.assignments.iter().all(|a| *a == 0)

@@ -153,6 +153,95 @@ pub trait HintSource: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A kubelet provider's hint set (the CPU, memory and device managers'): a mask is a hint
+/// when the provider's resources on its nodes can hold the request, preferred when it is
+/// no wider than `minAffinitySize`. Each provider answers [`hint`](ProviderHintSet::hint)
+/// and [`narrowest`](ProviderHintSet::narrowest) from its own counts; the one
+/// [`HintSource`] implementation below serves all of them, and a provider overrides only
+/// what its set does differently (the CPU manager's `align-by-socket` widens the preferred
+/// range; the memory manager's NUMA-group rule makes its set not upward-closed).
+pub trait ProviderHintSet: Send + Sync + std::fmt::Debug {
+    /// `Some(preferred)` if `mask` is a hint ([`HintSource::lookup`]).
+    fn hint(&self, mask: NumaMask) -> Option<bool>;
+
+    /// The provider's NUMA node ids, ascending, with the nodes a hint may span (those
+    /// below 64) and `minAffinitySize`.
+    fn nodes(&self) -> ProviderNodes<'_>;
+
+    /// The narrowest hint's width from the provider's structure ([`HintSource::min_width`]).
+    fn narrowest(&self) -> Option<u32>;
+
+    /// [`HintSource::preferred_widths`]. The default: no hint is narrower than
+    /// `minAffinitySize` (free resources never exceed all of them), so a preferred hint
+    /// exists iff the narrowest hint has exactly that width.
+    fn preferred_range(&self) -> Option<(u32, u32)> {
+        let w = self.narrowest()?;
+        (w as usize == self.nodes().min_affinity).then_some((w, w))
+    }
+
+    /// [`HintSource::any_hint_between`]. The default, for a set that is upward-closed
+    /// within the provider's nodes: the widest candidate decides.
+    fn hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        let top = hi.and(self.nodes().universe);
+        !lo.is_empty() && lo.is_subset_of(top) && self.hint(top).is_some()
+    }
+
+    /// [`HintSource::is_upward_closed`]. The default: upward-closed on a machine within
+    /// the provider's nodes ("enough free resources in the mask" only grows with the mask).
+    fn upward_closed(&self, machine: NumaMask) -> bool {
+        machine.is_subset_of(self.nodes().universe)
+    }
+}
+
+/// What [`ProviderHintSet::nodes`] returns.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderNodes<'a> {
+    /// The provider's NUMA node ids, ascending.
+    pub ids: &'a [usize],
+    /// The nodes a hint may span.
+    pub universe: NumaMask,
+    /// The kubelet's `minAffinitySize`: the narrowest mask whose nodes could hold the
+    /// request with all their resources free.
+    pub min_affinity: usize,
+}
+
+impl<'a> ProviderNodes<'a> {
+    /// The nodes `ids` (ascending), `universe` and `min_affinity` of a provider.
+    pub fn new(ids: &'a [usize], universe: NumaMask, min_affinity: usize) -> Self {
+        ProviderNodes {
+            ids,
+            universe,
+            min_affinity,
+        }
+    }
+}
+
+impl<P: ProviderHintSet> HintSource for P {
+    fn lookup(&self, mask: NumaMask) -> Option<bool> {
+        self.hint(mask)
+    }
+
+    fn materialize(&self, machine: NumaMask) -> Vec<TopologyHint> {
+        super::subsets::materialize_within(self.nodes().ids, machine, |m| self.hint(m))
+    }
+
+    fn min_width(&self, _machine: NumaMask) -> Option<u32> {
+        self.narrowest()
+    }
+
+    fn preferred_widths(&self, _machine: NumaMask) -> Option<(u32, u32)> {
+        self.preferred_range()
+    }
+
+    fn any_hint_between(&self, lo: NumaMask, hi: NumaMask) -> bool {
+        self.hint_between(lo, hi)
+    }
+
+    fn is_upward_closed(&self, machine: NumaMask) -> bool {
+        self.upward_closed(machine)
+    }
+}
+
 /// The largest machine on which [`HintSource::is_upward_closed`]'s default enumerates.
 pub const DERIVE_LIMIT: u32 = 16;
 

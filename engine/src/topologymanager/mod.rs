@@ -47,7 +47,10 @@ pub use error::TmError;
 pub use fast::{merge, merge_with_budget, MERGE_BUDGET};
 #[doc(hidden)]
 pub use fast::{merge_tuned, ReachStep, Tuning};
-pub use hints::{HintSource, MergeResult, ProviderHints, ResourceHints, TOPOLOGY_AFFINITY_ERROR};
+pub use hints::{
+    HintSource, MergeResult, ProviderHintSet, ProviderHints, ProviderNodes, ResourceHints,
+    TOPOLOGY_AFFINITY_ERROR,
+};
 pub use manager::ManagerConfig;
 pub use mask::{MaskError, NumaMask};
 pub use numa::NumaInfo;

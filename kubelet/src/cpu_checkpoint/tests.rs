@@ -1,11 +1,10 @@
 use super::*;
 
-/// Files written by the kubelet's own code (see agent/tests/data/kubelet-state/README.md or
-/// the comments of the agent's former reader: v1.37.2's `NewCheckpointState` for 1.37, its
+/// Files written by the kubelet's own code (see `file_tests.rs`: v1.37.2's `NewCheckpointState` for 1.37, its
 /// `CPUManagerCheckpointV2/V3.MarshalCheckpoint` for the others).
 fn fixture(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../agent/tests/data/kubelet-state")
+        .join("tests/data/kubelet-state")
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

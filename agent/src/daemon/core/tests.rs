@@ -2,9 +2,9 @@
 //! kubelet agreement. Each asserts the exact outcome.
 
 use super::*;
-use crate::daemon::kubelet_state::{CheckpointFormat, ChecksumCheck};
 use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, KubeletSource, TopologyManagerConfig};
 use nodetopo_engine::{Container, CpuSet, ResourceList};
+use nodetopo_kubelet::cpu_checkpoint::{CheckpointFormat, ChecksumCheck};
 
 fn topo() -> CpuTopology {
     nodetopo_engine::presets::build("epyc-7303-2p").expect("preset")
@@ -227,7 +227,7 @@ fn kubelet_agreement_names_every_differing_container() {
         .values()
         .flat_map(|m| m.values())
         .fold(CpuSet::new(), |acc, s| acc.union(s));
-    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+    core.apply(Event::Kubelet(Ok(Some(CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: topo().all_cpus().difference(&held),
         entries,
@@ -266,7 +266,7 @@ fn kubelet_agreement_names_every_differing_container() {
         .expect("allocation of a");
     assert_eq!(Some(a.cpus.as_str()), a.predicted_cpus.as_deref());
     core.apply(Event::Kubelet(Err(KubeletError::Read(
-        std::sync::Arc::new(crate::daemon::kubelet_state::KubeletStateError::Invalid {
+        std::sync::Arc::new(nodetopo_kubelet::cpu_checkpoint::ReadError::Invalid {
             path: "/x".into(),
             why: "denied".into(),
         }),
@@ -436,7 +436,7 @@ fn kubelet_state_breaking_an_invariant_is_not_published() {
             .entry("ub".into())
             .or_default()
             .insert("app".into(), CpuSet::parse(b).expect("set"));
-        core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+        core.apply(Event::Kubelet(Ok(Some(CpuCheckpoint {
             policy_name: "static".into(),
             default_cpu_set: CpuSet::parse("0-3").expect("set"),
             entries,
@@ -480,7 +480,7 @@ fn kubelet_checksum_mismatch_and_missing_state_are_not_agreement() {
         (k.status.as_str(), k.reason.as_str()),
         ("False", "NoKubeletState")
     );
-    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+    core.apply(Event::Kubelet(Ok(Some(CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: CpuSet::parse("0-63").expect("set"),
         entries: BTreeMap::new(),
@@ -524,7 +524,7 @@ fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alo
         msg,
         "the plan; KubeletAgreement at verdict time (nothing was restarted): False NoKubeletState: no kubelet CPU manager checkpoint to compare with"
     );
-    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+    core.apply(Event::Kubelet(Ok(Some(CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: CpuSet::parse("0-63").expect("set"),
         entries: BTreeMap::new(),

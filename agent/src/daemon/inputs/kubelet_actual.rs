@@ -28,7 +28,7 @@ use nodetopo_engine::{CpuSet, CpuTopology};
 
 use crate::daemon::inputs::podresources::KubeletView;
 use crate::daemon::inputs::validate;
-use crate::daemon::kubelet_state::{ChecksumCheck, KubeletCpuState};
+use nodetopo_kubelet::cpu_checkpoint::{ChecksumCheck, CpuCheckpoint};
 
 /// The kubelet's CPU assignments, whichever source they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub fn from_podresources(
 
 /// The kubelet's view from its (already validated) checkpoint; pod names from `name_of(uid)`.
 pub fn from_checkpoint(
-    k: &KubeletCpuState,
+    k: &CpuCheckpoint,
     name_of: impl Fn(&str) -> Option<String>,
 ) -> KubeletActual {
     let names = k

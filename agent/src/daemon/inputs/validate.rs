@@ -26,7 +26,7 @@ use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use crate::daemon::checkpoint::CheckpointData;
-use crate::daemon::kubelet_state::{KubeletCpuState, KubeletStateError};
+use nodetopo_kubelet::cpu_checkpoint::{self, CpuCheckpoint};
 
 /// Which invariant a state file breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +215,7 @@ pub fn checkpoint(
 /// shared pool and other pods' CPUs. (Parsing already made every set well-formed.)
 pub fn kubelet_state(
     file: &Path,
-    state: &KubeletCpuState,
+    state: &CpuCheckpoint,
     topology: &CpuTopology,
 ) -> Result<(), Violation> {
     let pod_level = String::from("(pod-level)");
@@ -255,7 +255,7 @@ pub fn kubelet_sets(
 pub enum KubeletError {
     /// The file cannot be read or parsed.
     #[error("{0}")]
-    Read(Arc<KubeletStateError>),
+    Read(Arc<cpu_checkpoint::ReadError>),
     /// The state read by a shell breaks an invariant on this machine.
     #[error("kubelet CPU manager state {0}")]
     Invalid(Violation),
@@ -267,15 +267,14 @@ pub enum KubeletError {
 /// Reads, parses and validates the kubelet state: the value the shells feed the core as
 /// `Event::Kubelet`. A state that breaks an invariant is reported, never published.
 ///
-/// The read is bounded ([`crate::daemon::kubelet_state::KUBELET_STATE_MAX_BYTES`], regular files only): a FIFO or
+/// The read is bounded ([`cpu_checkpoint::MAX_BYTES`], regular files only): a FIFO or
 /// `/dev/zero` mounted in its place is reported, never read forever. A missing file (no
 /// kubelet CPU manager, or the mount absent) is `Ok(None)`.
 pub fn read_kubelet_state(
     file: &Path,
     topology: &CpuTopology,
-) -> Result<Option<KubeletCpuState>, KubeletError> {
-    let state =
-        crate::daemon::kubelet_state::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
+) -> Result<Option<CpuCheckpoint>, KubeletError> {
+    let state = cpu_checkpoint::read(file).map_err(|e| KubeletError::Read(Arc::new(e)))?;
     if let Some(s) = &state {
         kubelet_state(file, s, topology).map_err(KubeletError::Invalid)?;
     }

@@ -266,10 +266,10 @@ fn guaranteed(name: &str, uid: &str, containers: &[(&str, u64)]) -> crate::daemo
 #[tokio::test]
 async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
     use crate::daemon::core::{Core, Event};
-    use crate::daemon::kubelet_state::{CheckpointFormat, ChecksumCheck, KubeletCpuState};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use nodetopo_crds::conditions;
     use nodetopo_crds::KubeletSource;
+    use nodetopo_kubelet::cpu_checkpoint::{CheckpointFormat, ChecksumCheck, CpuCheckpoint};
     use std::collections::BTreeMap;
 
     let topo = nodetopo_engine::presets::build("epyc-7303-2p").expect("preset");
@@ -404,7 +404,7 @@ async fn status_follows_podresources_and_falls_back_to_the_checkpoint() {
         "main".into(),
         ids("db-0", "main").iter().map(|c| *c as usize).collect(),
     );
-    core.apply(Event::Kubelet(Ok(Some(KubeletCpuState {
+    core.apply(Event::Kubelet(Ok(Some(CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: CpuSet::new(),
         entries,

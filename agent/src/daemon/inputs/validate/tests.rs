@@ -95,14 +95,14 @@ fn kubelet_state_checks() {
     let t = topo();
     let p = Path::new("/k/cpu_manager_state");
     let parse = |s: &str| CpuSet::parse(s).expect("set");
-    let mut k = KubeletCpuState {
+    let mut k = CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: parse("0-1,10-63"),
         entries: BTreeMap::new(),
         checksum: 1,
-        format: crate::daemon::kubelet_state::CheckpointFormat::V2,
+        format: nodetopo_kubelet::cpu_checkpoint::CheckpointFormat::V2,
         pod_entries: Default::default(),
-        checksum_check: crate::daemon::kubelet_state::ChecksumCheck::Verified,
+        checksum_check: nodetopo_kubelet::cpu_checkpoint::ChecksumCheck::Verified,
     };
     k.entries
         .entry("u1".into())

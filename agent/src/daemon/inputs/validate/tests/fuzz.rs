@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use crate::daemon::checkpoint::{decode, encode, CheckpointData};
-use crate::daemon::kubelet_state;
+use nodetopo_kubelet::cpu_checkpoint;
 
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  initContainers: [{name: i, resources: {limits: {cpu: \"1\", memory: 1Gi}}}]\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi, example.com/gpu: 1, hugepages-2Mi: 4Mi}}\n---\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 3, template: {spec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}}}\n";
 const KUBELET: &str = r#"{"policyName":"static","defaultCpuSet":"0-1,6-7","entries":{"u1":{"app":"2-5"}},"checksum":3321}"#;
@@ -107,13 +107,15 @@ fn checkpoint_never_panics() {
 #[test]
 fn kubelet_state_never_panics() {
     let path = Path::new("/k/cpu_manager_state");
-    run("kubelet state", KUBELET, |b| {
-        match kubelet_state::parse(path, &String::from_utf8_lossy(b)) {
+    run(
+        "kubelet state",
+        KUBELET,
+        |b| match cpu_checkpoint::parse_file(path, &String::from_utf8_lossy(b)) {
             Ok(_) => true,
             Err(e) => {
                 assert!(e.to_string().contains("/k/cpu_manager_state"), "{e}");
                 false
             }
-        }
-    });
+        },
+    );
 }

@@ -1,28 +1,20 @@
-//! nodetopo-agent: the node agent (`run`) and, from the `nodetopo-cli` crate, the offline
-//! commands `discover`, `plan` and `conformance`, which need no cluster.
+//! nodetopo-agent: the node agent's commands (`run`, `prepare-state-dir`, `apply`, `revert`,
+//! `preflight`) as one [`Command`] enum. The `nodetopo-agent` binary
+//! (`bin/nodetopo-agent`, package `nodetopo-agent-bin`) puts them beside the offline
+//! commands of `nodetopo-cli`; this crate does not depend on the CLI.
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 
 mod actuate;
 mod daemon;
 mod preflight;
 mod state_dir;
 
-/// nodetopo node agent and offline CPU-placement tools.
-#[derive(Debug, Parser)]
-#[command(name = "nodetopo-agent", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
+/// The agent's own subcommands.
 #[derive(Debug, Subcommand)]
-enum Command {
-    /// The offline commands, the same as the `nodetopo` binary's.
-    #[command(flatten)]
-    Offline(nodetopo_cli::Command),
+pub enum Command {
     /// Run the node agent (in a cluster, or with --local on files).
     Run(Box<daemon::Args>),
     /// Create the state directory and hand it (and its files) to the agent's user; the
@@ -41,21 +33,15 @@ enum Command {
     Preflight(preflight::Args),
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Offline(c) => c.run(),
-        Command::Run(a) => daemon::run(*a),
-        Command::PrepareStateDir(a) => state_dir::run(a),
-        Command::Apply(a) => actuate::run(*a),
-        Command::Revert(a) => actuate::run_revert(*a),
-        Command::Preflight(a) => preflight::run(a),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("nodetopo-agent: {e:#}");
-            ExitCode::from(2)
+impl Command {
+    /// Runs the subcommand.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Run(a) => daemon::run(*a),
+            Command::PrepareStateDir(a) => state_dir::run(a),
+            Command::Apply(a) => actuate::run(*a),
+            Command::Revert(a) => actuate::run_revert(*a),
+            Command::Preflight(a) => preflight::run(a),
         }
     }
 }

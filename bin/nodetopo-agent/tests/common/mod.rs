@@ -9,7 +9,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_nodetopo-agent");
 
 /// The worked examples of docs/actuation.md (kubelet config, state, pods, policies).
 pub fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/diff")
 }
 
 /// A temporary kubelet: `config.yaml`, the drop-in directory `conf.d/` and

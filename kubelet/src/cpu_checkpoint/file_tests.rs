@@ -1,7 +1,11 @@
+//! The file-level reader ([`parse_file`], [`read`]): errors name the file, and files the
+//! kubelet's own code wrote (the kept fixtures, and new ones from `e2e/kubelet-oracle`)
+//! verify and hold the kubelet's assignments.
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nodetopo_kubelet::gohash::{data_checksum, fnv32a};
+use crate::gohash::data_checksum;
 
 use super::*;
 
@@ -20,88 +24,8 @@ fn fixture(name: &str) -> (PathBuf, String) {
 }
 
 #[test]
-fn reads_every_supported_kubelets_file_and_verifies_its_checksum() {
-    let cases = [
-        ("cpu_manager_state.v1.34", CheckpointFormat::V2, "static", 1),
-        (
-            "cpu_manager_state.v1.35-none",
-            CheckpointFormat::V2,
-            "none",
-            0,
-        ),
-        ("cpu_manager_state.v1.36", CheckpointFormat::V2, "static", 2),
-        ("cpu_manager_state.v3", CheckpointFormat::V3, "static", 1),
-        ("cpu_manager_state.v1.37", CheckpointFormat::V4, "static", 2),
-    ];
-    for (name, format, policy, pods) in cases {
-        let (path, text) = fixture(name);
-        let s = parse(&path, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(s.format, format, "{name}");
-        assert_eq!(s.checksum_check, ChecksumCheck::Verified, "{name}");
-        assert_eq!(s.policy_name, policy, "{name}");
-        assert_eq!(s.entries.len(), pods, "{name}");
-    }
-    let (path, text) = fixture("cpu_manager_state.v1.37");
-    let s = parse(&path, &text).expect("1.37");
-    let web = &s.entries["7f1c0a2e-4444-4a4a-9c9c-000000000004"];
-    assert_eq!(web["app"].to_string(), "2-3,6-7");
-    assert_eq!(web["proxy"].to_string(), "1,5");
-    assert_eq!(s.default_cpu_set.to_string(), "0,4,9-11,13-15");
-}
-
-#[test]
-fn a_changed_byte_is_a_checksum_mismatch_not_a_silent_read() {
-    // v2: one CPU changed, checksum kept.
-    let (path, text) = fixture("cpu_manager_state.v1.34");
-    let tampered = text.replace("\"app\":\"2-5\"", "\"app\":\"2-6\"");
-    assert_ne!(tampered, text);
-    let s = parse(&path, &tampered).expect("still parses");
-    assert!(
-        matches!(
-            s.checksum_check,
-            ChecksumCheck::Mismatch {
-                field: "checksum",
-                ..
-            }
-        ),
-        "{:?}",
-        s.checksum_check
-    );
-    // v4: the authoritative data changed.
-    let (path, text) = fixture("cpu_manager_state.v1.37");
-    let tampered = text.replacen("\\\"db\\\":\\\"8,12\\\"", "\\\"db\\\":\\\"8,13\\\"", 1);
-    assert_ne!(tampered, text);
-    let s = parse(&path, &tampered).expect("still parses");
-    assert!(
-        matches!(
-            s.checksum_check,
-            ChecksumCheck::Mismatch {
-                field: "dataChecksum",
-                ..
-            }
-        ),
-        "{:?}",
-        s.checksum_check
-    );
-    assert_eq!(
-        s.entries["7f1c0a2e-5555-4a4a-9c9c-000000000005"]["db"].to_string(),
-        "8,13"
-    );
-    // v4: the embedded v2 copy changed: kubelet 1.37 verifies only dataChecksum and runs
-    // with data, so the file is accepted with data's view.
-    let tampered = text.replacen("\"db\":\"8,12\"", "\"db\":\"8,14\"", 1);
-    assert_ne!(tampered, text);
-    let s = parse(&path, &tampered).expect("still parses");
-    assert_eq!(s.checksum_check, ChecksumCheck::Verified);
-    assert_eq!(
-        s.entries["7f1c0a2e-5555-4a4a-9c9c-000000000005"]["db"].to_string(),
-        "8,12"
-    );
-}
-
-#[test]
 fn zero_checksum_is_accepted_unverified_as_the_kubelet_does() {
-    let s = parse(
+    let s = parse_file(
         Path::new("/k/cpu_manager_state"),
         r#"{"policyName":"static","defaultCpuSet":"0-1,6-7","entries":{"u1":{"app":"2-5"}},"checksum":0}"#,
     )
@@ -111,9 +35,8 @@ fn zero_checksum_is_accepted_unverified_as_the_kubelet_does() {
 }
 
 #[test]
-fn go_print_and_fnv_match_the_kubelet() {
-    // Known values from kubelet v1.37.2 (dump.ForHash + hash/fnv).
-    assert_eq!(fnv32a(b""), 0x811c_9dc5);
+fn the_data_checksum_of_a_kubelet_file_matches_the_kubelet() {
+    // The value kubelet v1.37.2 wrote (dump.ForHash + hash/fnv).
     let (_, text) = fixture("cpu_manager_state.v1.37");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     let data = v["data"].as_str().expect("data");
@@ -121,26 +44,12 @@ fn go_print_and_fnv_match_the_kubelet() {
         u64::from(data_checksum(data)),
         v["dataChecksum"].as_u64().expect("n")
     );
-    let mut e = BTreeMap::<String, BTreeMap<String, String>>::new();
-    e.insert(
-        "u2".into(),
-        [("b".into(), "3".into()), ("a".into(), "2-5".into())].into(),
-    );
-    e.insert("u1".into(), [("x".into(), "7".into())].into());
-    assert_eq!(
-        nodetopo_kubelet::gohash::go_print_string_maps(Some(&e)),
-        "map[u1:map[x:7] u2:map[a:2-5 b:3]]"
-    );
-    assert_eq!(
-        nodetopo_kubelet::gohash::go_print_string_maps(None),
-        "<nil>"
-    );
 }
 
 #[test]
 fn errors_name_file_and_field() {
     let p = Path::new("/k/cpu_manager_state");
-    let e = parse(
+    let e = parse_file(
         p,
         r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"u1":{"app":"5-2"}},"checksum":0}"#,
     )
@@ -151,22 +60,22 @@ fn errors_name_file_and_field() {
         "{msg}"
     );
     // v1 (entries keyed by container ID): not a map of containers, refused.
-    let e = parse(
+    let e = parse_file(
         p,
         r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"cid":"2-3"},"checksum":1}"#,
     )
     .expect_err("v1");
     assert!(e.to_string().contains("entries"), "{e}");
-    let e = parse(p, "{\"policyName\":\"sta").expect_err("truncated");
+    let e = parse_file(p, "{\"policyName\":\"sta").expect_err("truncated");
     assert!(e.to_string().contains("/k/cpu_manager_state"), "{e}");
-    let e = parse(
+    let e = parse_file(
         p,
         r#"{"policyName":"static","defaultCpuSet":"0","checksum":1,"data":"{\"policyName\":\"static\",\"defaultCpuSet\":\"x\"}","dataChecksum":1}"#,
     )
     .expect_err("bad data set");
     assert!(e.to_string().contains("data.defaultCpuSet"), "{e}");
     // Unknown members are skipped, as Go's encoding/json does.
-    let s = parse(
+    let s = parse_file(
         p,
         r#"{"policyName":"static","defaultCpuSet":"0","checksum":0,"surprise":1}"#,
     )
@@ -178,7 +87,7 @@ fn errors_name_file_and_field() {
         .is_none());
     // A directory where the file should be: unreadable, an error naming the path.
     let e = read(dir.path()).expect_err("unreadable");
-    assert!(matches!(e, KubeletStateError::Io { .. }), "{e}");
+    assert!(matches!(e, ReadError::Io { .. }), "{e}");
 }
 
 /// Files written by kubelet v1.37.2's checkpoint code for random pod sets (through
@@ -266,7 +175,7 @@ fn files_written_by_the_kubelet_verify_and_match_its_state() {
         );
         let text = a["checkpoint"].as_str().expect("checkpoint text");
         let path = PathBuf::from(format!("/oracle/{}", a["id"]));
-        let s = parse(&path, text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let s = parse_file(&path, text).unwrap_or_else(|e| panic!("{e}: {text}"));
         assert_eq!(s.format, CheckpointFormat::V4);
         assert_eq!(s.checksum_check, ChecksumCheck::Verified, "{text}");
         assert_eq!(
