@@ -472,6 +472,28 @@ pub fn recover(files: &KubeletFiles, svc: &mut dyn KubeletService) -> anyhow::Re
     Ok(r)
 }
 
+/// `apply --recover-only`, the node-side watchdog of the `command` restarter (which has no
+/// guard): [`recover`], then, when there was no interrupted apply to finish and the kubelet
+/// is not healthy, a start. An agent killed after it stopped the kubelet and before it wrote
+/// its journal (a RewriteState stops first) leaves no journal and a stopped kubelet, which
+/// recovery alone would leave stopped. `true` when it started the kubelet. Without a health
+/// command the `command` restarter counts the kubelet as healthy, so nothing is started.
+pub fn recover_and_start(
+    files: &KubeletFiles,
+    svc: &mut dyn KubeletService,
+) -> anyhow::Result<(Recovery, bool)> {
+    let r = recover(files, svc)?;
+    if r != Recovery::Nothing || svc.healthy().is_ok() {
+        return Ok((r, false));
+    }
+    svc.start().map_err(|e| {
+        anyhow::anyhow!(
+            "no interrupted apply, and the kubelet was not healthy; starting it failed: {e}"
+        )
+    })?;
+    Ok((r, true))
+}
+
 /// The outcome of an apply, with the Applied condition's reason.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -1143,8 +1165,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let files = files_of(&args);
     let (mut svc, runtime) = service_of(&args, &files)?;
     if args.recover_only {
-        let r = recover(&files, svc.as_mut())?;
-        println!("{}", serde_json::to_string(&r)?);
+        let (recovery, started) = recover_and_start(&files, svc.as_mut())?;
+        println!(
+            "{}",
+            serde_json::json!({"recovery": recovery, "kubeletStarted": started})
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let policy = args

@@ -250,7 +250,12 @@ fn a_rollback_that_fails_keeps_the_journal_and_claims_no_health() {
         serde_json::from_slice(&k.read("lib-after-first/nodetopo-apply.journal").unwrap()).unwrap();
     assert_eq!(j["phase"], "applying", "{j}");
     // The recovery finished it: the pair all old, no journal.
-    assert_eq!(k.read("second.json").unwrap(), b"\"RolledBack\"\n");
+    let second: serde_json::Value =
+        serde_json::from_slice(&k.read("second.json").unwrap()).unwrap();
+    assert_eq!(
+        second,
+        serde_json::json!({"recovery": "RolledBack", "kubeletStarted": false})
+    );
     assert!(k.read("conf.d/90-nodetopo.conf").is_none());
     assert_eq!(k.read("lib/cpu_manager_state").unwrap(), original_state());
     assert!(k.read("lib/nodetopo-apply.journal").is_none());

@@ -310,3 +310,68 @@ fn revert_refuses_a_policy_argument() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("revert takes no --policy"));
 }
+
+/// `apply --recover-only` (the watchdog the `command` restarter needs, docs/actuation.md):
+/// an agent killed after its stop and before its journal (a RewriteState stops first) leaves
+/// no journal and a stopped kubelet. With nothing to recover, the watchdog starts the kubelet
+/// when its health command fails, and leaves a healthy one alone; the files stay untouched.
+#[test]
+fn recover_only_starts_a_kubelet_left_stopped_without_a_journal() {
+    let k = Kubelet::new();
+    let marker = k.p("started");
+    let start = format!("touch {}", marker.display());
+    let before = (
+        k.read("lib/cpu_manager_state"),
+        k.read("conf.d/90-nodetopo.conf"),
+    );
+    for (health, want_started) in [("false", true), ("true", false)] {
+        let _ = fs::remove_file(&marker);
+        let out = k
+            .cmd("policy-strict.yaml", &[])
+            .args([
+                "--recover-only",
+                "--restart",
+                "command",
+                "--stop-command",
+                "true",
+            ])
+            .args(["--start-command", &start, "--health-command", health])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = report("--recover-only", &out);
+        assert_eq!(v["recovery"], "Nothing", "{v}");
+        assert_eq!(v["kubeletStarted"], want_started, "health {health}: {v}");
+        assert_eq!(marker.exists(), want_started, "health {health}");
+        assert_eq!(
+            (
+                k.read("lib/cpu_manager_state"),
+                k.read("conf.d/90-nodetopo.conf")
+            ),
+            before
+        );
+    }
+    // A start that fails is an error naming it.
+    let out = k
+        .cmd("policy-strict.yaml", &[])
+        .args([
+            "--recover-only",
+            "--restart",
+            "command",
+            "--stop-command",
+            "true",
+        ])
+        .args(["--start-command", "false", "--health-command", "false"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the kubelet was not healthy; starting it failed"),
+        "{err}"
+    );
+}

@@ -699,3 +699,241 @@ async fn guard_over_dbus() {
         "guard over D-Bus (real dbus-daemon, fake systemd, real guard script): {n} cases passed"
     );
 }
+
+/// The revert procedure of docs/actuation.md ("Reverting"), as written: the command block is
+/// taken from the page, its paths, bus address and unit are checked against the agent's
+/// arguments in the chart rendered with actuation on, step 1's rollout mode against the API
+/// type, and the command is run (only its paths mapped to a temporary kubelet directory and
+/// `--preset` added for the machine) over a real D-Bus to the fake systemd, on nodetopo's
+/// drop-in and a rewritten state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documented_revert_procedure() {
+    let page =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/actuation.md"))
+            .unwrap();
+    let section = &page[page
+        .find("Procedure before `helm uninstall`")
+        .expect("docs/actuation.md has no revert procedure")..];
+    // Step 1: a rollout mode the API knows.
+    let mode = section
+        .split("`spec.rollout.mode: ")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .expect("step 1 names no spec.rollout.mode");
+    let parsed: Result<nodetopo_crds::rollout::RolloutMode, _> =
+        serde_json::from_value(serde_json::json!(mode));
+    assert!(
+        parsed.is_ok(),
+        "step 1's mode {mode:?} is not a rollout mode"
+    );
+    // Step 2: the first ```sh block, continuation lines joined.
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("no ```sh block in the procedure");
+    let words: Vec<&str> = block.split_whitespace().filter(|w| *w != "\\").collect();
+    let dash = words
+        .iter()
+        .position(|w| *w == "--")
+        .expect("no `--` in the kubectl exec line");
+    assert_eq!(&words[..2], ["kubectl", "exec"], "{block}");
+    let c = words
+        .iter()
+        .position(|w| *w == "-c")
+        .expect("no container named");
+    assert_eq!(words[c + 1], "agent", "the agent container is `agent`");
+    let argv = &words[dash + 1..];
+    assert_eq!(&argv[..2], ["nodetopo-agent", "revert"], "{block}");
+    let flag = |name: &str| -> &str {
+        let i = argv
+            .iter()
+            .position(|w| *w == name)
+            .unwrap_or_else(|| panic!("the documented revert has no {name}"));
+        argv[i + 1]
+    };
+
+    // The chart's agent arguments with actuation on (restart systemd, the defaults).
+    let helm = nodetopo_controlplane::tools::tools().unwrap().helm;
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(&helm)
+        .args([
+            "template",
+            "nodetopo",
+            "charts/nodetopo",
+            "--namespace",
+            "nodetopo-system",
+        ])
+        .args(["--set", "agent.actuation.enabled=true"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8_lossy(&out.stdout);
+    let daemon: Vec<String> = rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .map(|a| a.trim_matches('"').to_string())
+        .filter(|a| a.starts_with("--"))
+        .collect();
+    let chart = |name: &str| -> String {
+        daemon
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("the chart's agent has no {name}: {daemon:?}"))
+            .to_string()
+    };
+    for (doc, daemon_flag) in [
+        ("--kubelet-config", "--kubelet-config"),
+        ("--kubelet-config-dir", "--kubelet-config-dir"),
+        ("--state", "--kubelet-state"),
+        ("--restart", "--kubelet-restart"),
+        ("--systemd-address", "--kubelet-systemd-address"),
+        ("--unit", "--kubelet-unit"),
+        ("--kubelet-host-config", "--kubelet-host-config"),
+        ("--kubelet-host-config-dir", "--kubelet-host-config-dir"),
+        ("--kubelet-host-state", "--kubelet-host-state"),
+        ("--host-proc", "--host-proc"),
+    ] {
+        assert_eq!(
+            flag(doc),
+            chart(daemon_flag),
+            "the page's {doc} is not the chart's {daemon_flag}"
+        );
+    }
+
+    let Some(daemon_bin) = dbus_daemon() else {
+        assert!(
+            std::env::var_os("NODETOPO_REQUIRE_DBUS").is_none(),
+            "NODETOPO_REQUIRE_DBUS is set but there is no dbus-daemon (apt-get install dbus-daemon)"
+        );
+        println!("SKIPPED documented_revert_procedure's run: no dbus-daemon on this machine; the page was checked against the chart");
+        return;
+    };
+    let bus = Bus::start(&daemon_bin);
+    let shared = fresh();
+    let _server = serve_on_bus(&bus.address, &shared).await;
+    let bin = tempfile::tempdir().unwrap();
+    fs::write(bin.path().join("systemctl"), "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(
+        bin.path().join("systemctl"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    shared.lock().unwrap().guard_bin = Some(bin.path().to_path_buf());
+
+    // nodetopo's drop-in and a rewritten state, as an apply leaves them.
+    let k = Kubelet::new();
+    let (out, v) = k
+        .apply(
+            "policy-strict.yaml",
+            &["--systemd-address", &bus.address, "--no-guard"],
+        )
+        .await;
+    assert!(
+        out.status.success() && v["reason"] == "StateRewritten",
+        "{v:#}"
+    );
+    assert!(k.read("lib/cpu_manager_state").unwrap() != original_state());
+    take_calls(&shared);
+
+    // The page's command, its paths mapped; any path the map does not know fails.
+    let p = |rel: &str| k.p(rel).display().to_string();
+    let map = [
+        ("/host/kubelet-config/config.yaml", p("config.yaml")),
+        ("/host/kubelet-conf.d", p("conf.d")),
+        (
+            "/host/kubelet/cpu_manager_state",
+            p("lib/cpu_manager_state"),
+        ),
+        (
+            "unix:path=/host/dbus/system_bus_socket",
+            bus.address.clone(),
+        ),
+        ("/host/proc", p("proc")),
+        ("/var/lib/kubelet/config.yaml", p("config.yaml")),
+        ("/etc/kubernetes/kubelet.conf.d", p("conf.d")),
+        (
+            "/var/lib/kubelet/cpu_manager_state",
+            p("lib/cpu_manager_state"),
+        ),
+    ];
+    let args: Vec<String> = argv[1..]
+        .iter()
+        .map(|w| match map.iter().find(|(from, _)| from == w) {
+            Some((_, to)) => to.clone(),
+            None => {
+                assert!(
+                    !w.starts_with('/') && !w.starts_with("unix:"),
+                    "the documented command names {w}, which this test does not map"
+                );
+                w.to_string()
+            }
+        })
+        .collect();
+    let mut cmd = Command::new(BIN);
+    cmd.args(&args).args(["--preset", "epyc-7303-2p"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let v = report("the documented revert", &out);
+    assert!(out.status.success(), "{v:#}");
+    assert_eq!(v["reason"], "Reverted", "{v:#}");
+    let calls = take_calls(&shared);
+    let armed = calls
+        .iter()
+        .position(|c| c == &format!("StartTransientUnit({GUARD},replace)"));
+    let stop = calls
+        .iter()
+        .position(|c| c == "StopUnit(kubelet.service,replace)");
+    let start = calls
+        .iter()
+        .position(|c| c == "StartUnit(kubelet.service,replace)");
+    let disarmed = calls
+        .iter()
+        .rposition(|c| c == &format!("StopUnit({GUARD},replace)"));
+    assert!(
+        armed < stop && stop < start && start < disarmed && armed.is_some(),
+        "guard armed, kubelet stopped and started, guard disarmed: {calls:?}"
+    );
+    let guard_paths = format!(
+        " {} kubelet.service {} {}",
+        p("lib/nodetopo-apply.journal"),
+        p("conf.d/90-nodetopo.conf"),
+        p("lib/cpu_manager_state")
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("guard argv: ") && c.ends_with(&guard_paths)),
+        "the guard's host paths: {calls:?}"
+    );
+    // The node's own state again: the same text and checksum (the example file ends with a
+    // newline, the kubelet's and nodetopo's writes do not).
+    assert_eq!(
+        String::from_utf8(k.read("lib/cpu_manager_state").unwrap()).unwrap(),
+        String::from_utf8(original_state()).unwrap().trim_end()
+    );
+    for gone in [
+        "conf.d/90-nodetopo.conf",
+        "conf.d/90-nodetopo.conf.nodetopo-backup",
+        "lib/cpu_manager_state.nodetopo-backup",
+        "lib/nodetopo-apply.journal",
+    ] {
+        assert!(
+            k.read(gone).is_none(),
+            "{gone} left after the documented revert"
+        );
+    }
+    println!(
+        "documented revert procedure: the page's command matches the chart and reverted over D-Bus"
+    );
+}

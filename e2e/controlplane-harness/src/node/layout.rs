@@ -18,7 +18,10 @@ impl LocalNode {
         ] {
             fs::create_dir_all(d.join(sub)).map_err(io(|| format!("creating {sub}")))?;
         }
-        std::os::unix::fs::symlink(&self.kubelet_bin, d.join("bin/kubelet"))
+        // A hard link where it can be one: the kubelet's executable (`/proc/<pid>/exe`) is
+        // then a file named `kubelet`, which is how nodetopo's apply finds the kubelet.
+        fs::hard_link(&self.kubelet_bin, d.join("bin/kubelet"))
+            .or_else(|_| std::os::unix::fs::symlink(&self.kubelet_bin, d.join("bin/kubelet")))
             .map_err(io(|| "linking bin/kubelet".into()))?;
         let p = |s: &str| d.join(s).display().to_string();
         write(
