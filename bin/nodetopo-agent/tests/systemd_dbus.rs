@@ -709,7 +709,7 @@ async fn guard_over_dbus() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn documented_revert_procedure() {
     let page =
-        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/actuation.md"))
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/actuation.md"))
             .unwrap();
     let section = &page[page
         .find("Procedure before `helm uninstall`")
@@ -765,7 +765,7 @@ async fn documented_revert_procedure() {
             "nodetopo-system",
         ])
         .args(["--set", "agent.actuation.enabled=true"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         .env("HELM_CACHE_HOME", home.path().join("cache"))
         .env("HELM_CONFIG_HOME", home.path().join("config"))
         .env("HELM_DATA_HOME", home.path().join("data"))
