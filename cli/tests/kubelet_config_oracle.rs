@@ -11,7 +11,9 @@
 //! set twice in the config file), sometimes with a file the kubelet refuses (no
 //! apiVersion/kind, another apiVersion, empty, a boolean option value, plain or YAML 1.1
 //! `yes`, a key set twice in a drop-in, a number for reservedSystemCPUs, a quoted feature
-//! gate). In about half of them nodetopo's own drop-in, rendered for a random wanted
+//! gate). Files also set `reservedMemory` (lists a later file replaces whole, null resets,
+//! null limits, numbers for quantities and a float NUMA node `2.0`).
+//! In about half of them nodetopo's own drop-in, rendered for a random wanted
 //! configuration over what the earlier files set, is `90-nodetopo.conf`. Checked:
 //! - the kubelet refuses exactly the cases nodetopo's reader refuses;
 //! - where both read the files, the owned fields are equal (defaults applied);
@@ -202,6 +204,46 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             out.push_str(&format!("{key}:\n  cpu: {v}\n"));
         } else {
             map(r, &mut out, key, &["cpu", "memory"], &values);
+        }
+    }
+    if r.chance(20) {
+        // A whole list: a later file replaces it (a JSON merge patch replaces lists); in a
+        // drop-in a null resets it and a null limit is pruned (in the config file it would
+        // be a zero reservation, which the kubelet refuses).
+        if !config_file && r.chance(20) {
+            out.push_str(&format!("reservedMemory: {}\n", null(r)));
+        } else {
+            let mut entries = Vec::new();
+            for node in ["0", "1", "2.0", "3"] {
+                if !r.chance(50) {
+                    continue;
+                }
+                let mut limits = Vec::new();
+                for (name, values) in [
+                    ("memory", &["1Gi", "512Mi", "1073741824", "1.5G", "100M"][..]),
+                    ("hugepages-2Mi", &["4Mi", "2097152"][..]),
+                    ("hugepages-1Gi", &["1Gi"][..]),
+                ] {
+                    if r.chance(50) {
+                        let v = if !config_file && r.chance(15) {
+                            "null".to_string()
+                        } else {
+                            let v = *r.pick(values);
+                            if v.bytes().all(|b| b.is_ascii_digit()) && r.chance(50) {
+                                v.to_string() // a YAML integer
+                            } else {
+                                spell(r, v)
+                            }
+                        };
+                        limits.push(format!("{name}: {v}"));
+                    }
+                }
+                entries.push(format!(
+                    "{{numaNode: {node}, limits: {{{}}}}}",
+                    limits.join(", ")
+                ));
+            }
+            out.push_str(&format!("reservedMemory: [{}]\n", entries.join(", ")));
         }
     }
     if r.chance(10) {
@@ -754,7 +796,7 @@ fn config_reading_agrees_with_the_kubelet() {
     let answers = ask(&bin, &cases);
     assert_eq!(answers.len(), n, "the oracle answered every case");
     let (mut both_read, mut both_refused, mut ours_exact, mut ours_overridden) = (0, 0, 0, 0);
-    let (mut with_gates, mut with_flags) = (0, 0);
+    let (mut with_gates, mut with_flags, mut with_reserved_memory) = (0, 0, 0);
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (case, answer)) in cases.iter().zip(&answers).enumerate() {
         let files = || {
@@ -784,6 +826,9 @@ fn config_reading_agrees_with_the_kubelet() {
                 }
                 if !case.flags.is_empty() {
                     with_flags += 1;
+                }
+                if read.reserved_memory.is_some() {
+                    with_reserved_memory += 1;
                 }
                 let gates = &read.feature_gates;
                 if !gates.is_empty() {
@@ -839,10 +884,12 @@ fn config_reading_agrees_with_the_kubelet() {
         }
     }
     println!(
-        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates, {with_flags} with configuration flags on the command line), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
+        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates, {with_flags} with configuration flags on the command line, {with_reserved_memory} with reservedMemory), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
         ours_exact + ours_overridden
     );
-    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10 && with_flags > n / 10);
+    // About 10 % of the cases keep nodetopo's drop-in unoverridden (9.6 % to 11.3 % over four seeds):
+    // the bound leaves room for the spread.
+    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 20 && with_flags > n / 10);
 }
 
 /// A case of one `--config` file (`body` after the apiVersion/kind head) and an empty
@@ -1166,6 +1213,169 @@ fn flags_over_files_agree_with_the_kubelet() {
             None,
             &["--reserved-cpus", "--v=2"],
             false,
+        ),
+        (
+            "reservedMemory in the config file",
+            "memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 1, limits: {memory: \"512Mi\", hugepages-2Mi: 4Mi}}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "reservedMemory of a drop-in replaces the file's whole list",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 1, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory:\n- numaNode: 1\n  limits:\n    memory: 2Gi\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a null reservedMemory in a drop-in drops the file's",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory: ~\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "--reserved-memory replaces the files' reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 1, limits: {memory: 1Gi}}]\n")],
+            None,
+            &["--reserved-memory=0:memory=3Gi"],
+            true,
+        ),
+        (
+            "an empty --reserved-memory keeps the files' reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &["--reserved-memory="],
+            true,
+        ),
+        (
+            "a null limit in a drop-in's reservedMemory is pruned",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 1, limits: {memory: null, hugepages-1Gi: 1Gi}}, {numaNode: 2, limits: ~}]\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a null limit in the config file's reservedMemory is a zero reservation",
+            "reservedMemory: [{numaNode: 1, limits: {memory: null}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "numbers in reservedMemory: an integral float NUMA node, byte counts, a fraction",
+            "reservedMemory: [{numaNode: 1.0, limits: {memory: 1073741824}}, {numaNode: 2, limits: {memory: 1.5, hugepages-2Mi: 4e6}}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a quantity with spaces around it",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: \" 1Gi \"}}]\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a bad reservation of a drop-in a later drop-in replaces",
+            "",
+            &[
+                ("50-a.conf", "reservedMemory: [{numaNode: x, limits: {memory: lots}}]\n"),
+                ("60-b.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n"),
+            ],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a bad reservation of the config file a drop-in replaces",
+            "reservedMemory: [{numaNode: 0, limits: {memory: lots}}]\n",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node that is a string in reservedMemory",
+            "reservedMemory: [{numaNode: \"0\", limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node beyond 32 bits in reservedMemory",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 4294967297, limits: {memory: 1Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a fractional NUMA node in reservedMemory",
+            "reservedMemory: [{numaNode: 0.5, limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a cpu reservation in reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {cpu: \"1\"}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node reserving memory twice in reservedMemory",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 0, limits: {memory: 2Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a zero reservation in reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: \"0\"}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "reservedMemory that is not a list",
+            "reservedMemory: {numaNode: 0}\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a null entry and an entry without limits in reservedMemory",
+            "reservedMemory: [null, {numaNode: 3}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "an empty reservedMemory",
+            "reservedMemory: []\n",
+            &[],
+            None,
+            &[],
+            true,
         ),
         (
             "a gate that is not a boolean",
