@@ -1493,7 +1493,10 @@ mod flag_tests {
         let c = read_config(&main, Some(&d)).unwrap();
         assert_eq!(
             nodes(&c),
-            [(0, vec![s("memory", "1Gi")]), (1, vec![s("memory", "1073741824")])]
+            [
+                (0, vec![s("memory", "1Gi")]),
+                (1, vec![s("memory", "1073741824")])
+            ]
         );
         std::fs::write(
             d.join("50-a.conf"),
@@ -1504,23 +1507,43 @@ mod flag_tests {
         assert_eq!(nodes(&c), [(2, vec![s("hugepages-2Mi", "4Mi")])]);
         let c = read_config_with_flags(&main, Some(&d), &flags("--reserved-memory=")).unwrap();
         assert_eq!(nodes(&c), [(2, vec![s("hugepages-2Mi", "4Mi")])]);
-        let c =
-            read_config_with_flags(&main, Some(&d), &flags("--reserved-memory=3:memory=1G"))
-                .unwrap();
+        let c = read_config_with_flags(&main, Some(&d), &flags("--reserved-memory=3:memory=1G"))
+            .unwrap();
         assert_eq!(nodes(&c), [(3, vec![s("memory", "1G")])]);
         std::fs::write(d.join("60-b.conf"), format!("{HEAD}reservedMemory: null\n")).unwrap();
         assert_eq!(read_config(&main, Some(&d)).unwrap().reserved_memory, None);
         for (body, want) in [
-            ("reservedMemory: [{numaNode: 0, limits: {cpu: \"1\"}}]", "\"cpu\" on NUMA node 0 is not a memory type"),
-            ("reservedMemory: [{numaNode: 0, limits: {memory: null}}]", "is zero"),
-            ("reservedMemory: [{numaNode: \"0\"}]", "numaNode \"0\" is not a number"),
-            ("reservedMemory: [{numaNode: 4294967297}]", "not a 32-bit integer"),
-            ("reservedMemory: [{numaNode: 0, limits: {memory: lots}}]", "limits.memory"),
-            ("reservedMemory: {numaNode: 0}", "reservedMemory is not a list"),
+            (
+                "reservedMemory: [{numaNode: 0, limits: {cpu: \"1\"}}]",
+                "\"cpu\" on NUMA node 0 is not a memory type",
+            ),
+            (
+                "reservedMemory: [{numaNode: 0, limits: {memory: null}}]",
+                "is zero",
+            ),
+            (
+                "reservedMemory: [{numaNode: \"0\"}]",
+                "numaNode \"0\" is not a number",
+            ),
+            (
+                "reservedMemory: [{numaNode: 4294967297}]",
+                "not a 32-bit integer",
+            ),
+            (
+                "reservedMemory: [{numaNode: 0, limits: {memory: lots}}]",
+                "limits.memory",
+            ),
+            (
+                "reservedMemory: {numaNode: 0}",
+                "reservedMemory is not a list",
+            ),
         ] {
             std::fs::write(&main, format!("{HEAD}{body}\n")).unwrap();
             let e = format!("{:#}", read_config(&main, None).unwrap_err());
-            assert!(e.contains(want) && e.contains("config.yaml"), "{body}: {want:?} in {e}");
+            assert!(
+                e.contains(want) && e.contains("config.yaml"),
+                "{body}: {want:?} in {e}"
+            );
         }
     }
 
