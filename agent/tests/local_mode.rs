@@ -346,7 +346,8 @@ fn kubelet_pinned_memory_is_named() {
     let c = e.start(&file);
     let s = e.wait("memory named", |s| {
         cond_is(s, "KubeletAgreement", "False", "Disagree")
-            && message(s, "KubeletAgreement").contains("pinned memory")
+            && message(s, "KubeletAgreement").contains("default/p1/app memory")
+            && allocations(s).len() == 1
     });
     stop(c);
     assert!(
