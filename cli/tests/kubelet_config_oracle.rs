@@ -11,7 +11,9 @@
 //! set twice in the config file), sometimes with a file the kubelet refuses (no
 //! apiVersion/kind, another apiVersion, empty, a boolean option value, plain or YAML 1.1
 //! `yes`, a key set twice in a drop-in, a number for reservedSystemCPUs, a quoted feature
-//! gate). In about half of them nodetopo's own drop-in, rendered for a random wanted
+//! gate). Files also set `reservedMemory` (lists a later file replaces whole, null resets,
+//! null limits, numbers for quantities and a float NUMA node `2.0`).
+//! In about half of them nodetopo's own drop-in, rendered for a random wanted
 //! configuration over what the earlier files set, is `90-nodetopo.conf`. Checked:
 //! - the kubelet refuses exactly the cases nodetopo's reader refuses;
 //! - where both read the files, the owned fields are equal (defaults applied);
@@ -24,8 +26,9 @@
 //! `--cpu-manager-policy`, `--cpu-manager-policy-options`, `--reserved-cpus`,
 //! `--kube-reserved`, `--system-reserved`, `--topology-manager-*`,
 //! `--memory-manager-policy`, `--reserved-memory`, `--feature-gates`, in `--f=v`, `--f v`
-//! and `--f_v` spellings, repeated, empty, among unrelated flags, sometimes with a value
-//! the kubelet refuses): nodetopo's effective configuration (files, drop-ins, then flags)
+//! and `--f_v` spellings, repeated, empty, among unrelated flags (some taking the next
+//! word, a configuration flag, as their value; booleans; `-v` shorthands), sometimes with a
+//! value or a word the kubelet refuses: an unknown flag, a stray word, words after `--`): nodetopo's effective configuration (files, drop-ins, then flags)
 //! is compared with the kubelet's (`kubeletConfigFlagPrecedence`), as are the table cases
 //! of [`flags_over_files_agree_with_the_kubelet`].
 //!
@@ -204,6 +207,49 @@ fn random_fields(r: &mut Rng, config_file: bool) -> String {
             map(r, &mut out, key, &["cpu", "memory"], &values);
         }
     }
+    if r.chance(20) {
+        // A whole list: a later file replaces it (a JSON merge patch replaces lists); in a
+        // drop-in a null resets it and a null limit is pruned (in the config file it would
+        // be a zero reservation, which the kubelet refuses).
+        if !config_file && r.chance(20) {
+            out.push_str(&format!("reservedMemory: {}\n", null(r)));
+        } else {
+            let mut entries = Vec::new();
+            for node in ["0", "1", "2.0", "3"] {
+                if !r.chance(50) {
+                    continue;
+                }
+                let mut limits = Vec::new();
+                for (name, values) in [
+                    (
+                        "memory",
+                        &["1Gi", "512Mi", "1073741824", "1.5G", "100M"][..],
+                    ),
+                    ("hugepages-2Mi", &["4Mi", "2097152"][..]),
+                    ("hugepages-1Gi", &["1Gi"][..]),
+                ] {
+                    if r.chance(50) {
+                        let v = if !config_file && r.chance(15) {
+                            "null".to_string()
+                        } else {
+                            let v = *r.pick(values);
+                            if v.bytes().all(|b| b.is_ascii_digit()) && r.chance(50) {
+                                v.to_string() // a YAML integer
+                            } else {
+                                spell(r, v)
+                            }
+                        };
+                        limits.push(format!("{name}: {v}"));
+                    }
+                }
+                entries.push(format!(
+                    "{{numaNode: {node}, limits: {{{}}}}}",
+                    limits.join(", ")
+                ));
+            }
+            out.push_str(&format!("reservedMemory: [{}]\n", entries.join(", ")));
+        }
+    }
     if r.chance(10) {
         // Only the first document is read.
         out.push_str("---\ncpuManagerPolicy: 5\n");
@@ -323,7 +369,19 @@ fn flag(r: &mut Rng, out: &mut Vec<String>, name: &str, value: &str) {
 }
 
 /// Flags the kubelet refuses, with what nodetopo must refuse too.
-const FLAG_FAULTS: [(&str, &[&str]); 10] = [
+const FLAG_FAULTS: [(&str, &[&str]); 16] = [
+    (
+        "an unknown flag before a configuration flag",
+        &["--some-unknown-flag", "--reserved-cpus=0-1"],
+    ),
+    (
+        "an unknown flag with its value",
+        &["--some-unknown-flag", "value"],
+    ),
+    ("a word that is not a flag", &["stray"]),
+    ("words after --", &["--", "--reserved-cpus=1"]),
+    ("a bad boolean", &["--register-node=maybe"]),
+    ("a shorthand the kubelet does not have", &["-x"]),
     ("a map flag without =", &["--kube-reserved=cpu"]),
     ("empty policy options", &["--cpu-manager-policy-options="]),
     (
@@ -360,14 +418,23 @@ fn random_flags(r: &mut Rng) -> (Vec<String>, Option<&'static str>) {
     if r.chance(50) {
         return (out, None);
     }
-    let unrelated = |r: &mut Rng, out: &mut Vec<String>| match r.below(4) {
-        0 => out.push("--v=2".into()),
-        1 => out.push("--register-node".into()),
-        2 => {
-            out.push("--node-labels".into());
-            out.push("a=b,c=d".into());
-        }
-        _ => out.push("--max-pods=110".into()),
+    // Flags nodetopo does not read, split as the kubelet's flag set splits them: a flag
+    // that takes a value takes the next word even where it looks like a configuration
+    // flag, a boolean or `--version` takes none, `-v` in each shorthand spelling.
+    let unrelated = |r: &mut Rng, out: &mut Vec<String>| {
+        let words: &[&str] = match r.below(10) {
+            0 => &["--v=2"],
+            1 => &["--register-node"],
+            2 => &["--node-labels", "a=b,c=d"],
+            3 => &["--max-pods=110"],
+            4 => &["--hostname-override", "--reserved-cpus=0-3"],
+            5 => &["--node_ip", "--cpu-manager-policy=static"],
+            6 => &["--register-node=false", "--fail-swap-on=F"],
+            7 => &["-v", "4"],
+            8 => &["-v3", "--version", "--version=false"],
+            _ => &["-v=5", "--provider-id", "--topology-manager-scope=pod"],
+        };
+        out.extend(words.iter().map(|w| w.to_string()));
     };
     unrelated(r, &mut out);
     if r.chance(25) {
@@ -754,7 +821,7 @@ fn config_reading_agrees_with_the_kubelet() {
     let answers = ask(&bin, &cases);
     assert_eq!(answers.len(), n, "the oracle answered every case");
     let (mut both_read, mut both_refused, mut ours_exact, mut ours_overridden) = (0, 0, 0, 0);
-    let (mut with_gates, mut with_flags) = (0, 0);
+    let (mut with_gates, mut with_flags, mut with_reserved_memory) = (0, 0, 0);
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (case, answer)) in cases.iter().zip(&answers).enumerate() {
         let files = || {
@@ -784,6 +851,9 @@ fn config_reading_agrees_with_the_kubelet() {
                 }
                 if !case.flags.is_empty() {
                     with_flags += 1;
+                }
+                if read.reserved_memory.is_some() {
+                    with_reserved_memory += 1;
                 }
                 let gates = &read.feature_gates;
                 if !gates.is_empty() {
@@ -839,10 +909,86 @@ fn config_reading_agrees_with_the_kubelet() {
         }
     }
     println!(
-        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates, {with_flags} with configuration flags on the command line), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
+        "kubelet configuration oracle: {n} cases: {both_read} read alike (owned fields and featureGates equal, {with_gates} with gates, {with_flags} with configuration flags on the command line, {with_reserved_memory} with reservedMemory), {both_refused} refused by both ({faults:?}); nodetopo's drop-in written in {} cases: {ours_exact} give exactly the wanted fields, {ours_overridden} overridden by a later file (the verify step reports those)",
         ours_exact + ours_overridden
     );
-    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 10 && with_flags > n / 10);
+    // About 10 % of the cases keep nodetopo's drop-in unoverridden (9.6 % to 11.3 % over four seeds):
+    // the bound leaves room for the spread.
+    assert!(both_read > n / 2 && both_refused > 0 && ours_exact > n / 20 && with_flags > n / 10);
+}
+
+/// nodetopo's table of the kubelet's flags (which take a value, which are bare) is the
+/// flag set the kubelet's own code builds (`NewKubeletCommand`: its options' `AddFlags`,
+/// `AddKubeletConfigFlags`, `AddGlobalFlags`, `--help`).
+#[test]
+fn the_flag_set_is_the_kubelets() {
+    let Some(bin) = oracle_or_skip() else {
+        return;
+    };
+    let mut child = Command::new(&bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the kubelet configuration oracle");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{{\"flagSet\": true}}").expect("writing to the oracle");
+    drop(stdin);
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reading the oracle");
+    let _ = child.wait();
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Flag {
+        name: String,
+        #[serde(default)]
+        shorthand: String,
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default)]
+        no_opt_def_val: String,
+        #[serde(default)]
+        global: bool,
+    }
+    #[derive(Deserialize)]
+    struct Flags {
+        flags: Vec<Flag>,
+    }
+    let theirs: Flags = serde_json::from_str(&line).expect("the oracle's flag set");
+    let mut theirs: Vec<(String, String, String, String, bool)> = theirs
+        .flags
+        .into_iter()
+        .map(|f| (f.name, f.shorthand, f.kind, f.no_opt_def_val, f.global))
+        .collect();
+    theirs.sort();
+    let ours: Vec<(String, String, String, String, bool)> =
+        kubelet_cmdline::flag_set::KUBELET_FLAGS
+            .iter()
+            .map(|f| {
+                (
+                    f.name.to_string(),
+                    f.shorthand.map(String::from).unwrap_or_default(),
+                    f.kind.to_string(),
+                    f.bare.unwrap_or_default().to_string(),
+                    f.global,
+                )
+            })
+            .collect();
+    assert_eq!(
+        ours, theirs,
+        "nodetopo's kubelet flag set against the kubelet's"
+    );
+    // The kubelet re-reads its command line over its files with its global flags taking a
+    // value; the parser relies on the one bare global flag being --version (which ends the
+    // kubelet before): anything else would split words differently there.
+    let bare_globals: Vec<&str> = kubelet_cmdline::flag_set::KUBELET_FLAGS
+        .iter()
+        .filter(|f| f.global && f.bare.is_some())
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(bare_globals, ["version"]);
+    println!("the kubelet's flag set: {} flags, equal", ours.len());
 }
 
 /// A case of one `--config` file (`body` after the apiVersion/kind head) and an empty
@@ -1166,6 +1312,273 @@ fn flags_over_files_agree_with_the_kubelet() {
             None,
             &["--reserved-cpus", "--v=2"],
             false,
+        ),
+        (
+            "reservedMemory in the config file",
+            "memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 1, limits: {memory: \"512Mi\", hugepages-2Mi: 4Mi}}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "reservedMemory of a drop-in replaces the file's whole list",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 1, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory:\n- numaNode: 1\n  limits:\n    memory: 2Gi\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a null reservedMemory in a drop-in drops the file's",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory: ~\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "--reserved-memory replaces the files' reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 1, limits: {memory: 1Gi}}]\n")],
+            None,
+            &["--reserved-memory=0:memory=3Gi"],
+            true,
+        ),
+        (
+            "an empty --reserved-memory keeps the files' reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &["--reserved-memory="],
+            true,
+        ),
+        (
+            "a null limit in a drop-in's reservedMemory is pruned",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 1, limits: {memory: null, hugepages-1Gi: 1Gi}}, {numaNode: 2, limits: ~}]\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a null limit in the config file's reservedMemory is a zero reservation",
+            "reservedMemory: [{numaNode: 1, limits: {memory: null}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "numbers in reservedMemory: an integral float NUMA node, byte counts, a fraction",
+            "reservedMemory: [{numaNode: 1.0, limits: {memory: 1073741824}}, {numaNode: 2, limits: {memory: 1.5, hugepages-2Mi: 4e6}}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a quantity with spaces around it",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: \" 1Gi \"}}]\n")],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a bad reservation of a drop-in a later drop-in replaces",
+            "",
+            &[
+                ("50-a.conf", "reservedMemory: [{numaNode: x, limits: {memory: lots}}]\n"),
+                ("60-b.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n"),
+            ],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "a bad reservation of the config file a drop-in replaces",
+            "reservedMemory: [{numaNode: 0, limits: {memory: lots}}]\n",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node that is a string in reservedMemory",
+            "reservedMemory: [{numaNode: \"0\", limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node beyond 32 bits in reservedMemory",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 4294967297, limits: {memory: 1Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a fractional NUMA node in reservedMemory",
+            "reservedMemory: [{numaNode: 0.5, limits: {memory: 1Gi}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a cpu reservation in reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {cpu: \"1\"}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a NUMA node reserving memory twice in reservedMemory",
+            "",
+            &[("50-a.conf", "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 0, limits: {memory: 2Gi}}]\n")],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a zero reservation in reservedMemory",
+            "reservedMemory: [{numaNode: 0, limits: {memory: \"0\"}}]\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "reservedMemory that is not a list",
+            "reservedMemory: {numaNode: 0}\n",
+            &[],
+            None,
+            &[],
+            false,
+        ),
+        (
+            "a null entry and an entry without limits in reservedMemory",
+            "reservedMemory: [null, {numaNode: 3}]\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "an empty reservedMemory",
+            "reservedMemory: []\n",
+            &[],
+            None,
+            &[],
+            true,
+        ),
+        (
+            "an unknown flag before a configuration flag",
+            "",
+            &[],
+            None,
+            &["--some-unknown-flag", "--reserved-cpus=0-1"],
+            false,
+        ),
+        (
+            "a flag of the kubelet that takes the next word, a configuration flag",
+            "cpuManagerPolicy: static\nreservedSystemCPUs: \"0-3\"\n",
+            &[],
+            None,
+            &["--hostname-override", "--reserved-cpus=0-1", "--node-ip", "--cpu-manager-policy=none"],
+            true,
+        ),
+        (
+            "booleans and --version take no word",
+            "",
+            &[],
+            None,
+            &["--register-node", "--topology-manager-policy=restricted", "--version=false", "--topology-manager-scope=pod", "--fail-swap-on=F"],
+            true,
+        ),
+        (
+            "--version: the kubelet prints its version and exits",
+            "",
+            &[],
+            None,
+            &["--version", "--topology-manager-scope=pod"],
+            false,
+        ),
+        (
+            "--version, then --version=false: the kubelet runs",
+            "",
+            &[],
+            None,
+            &["--version", "--version=false", "--topology-manager-scope=pod"],
+            true,
+        ),
+        (
+            "-v in each shorthand spelling",
+            "",
+            &[],
+            None,
+            &["-v", "2", "--topology-manager-policy=restricted", "-v3", "-v=4"],
+            true,
+        ),
+        (
+            "-v takes the next word as its level",
+            "",
+            &[],
+            None,
+            &["-v", "--topology-manager-policy=restricted"],
+            false,
+        ),
+        (
+            "-h: the kubelet prints its help and exits",
+            "",
+            &[],
+            None,
+            &["-hv", "5"],
+            false,
+        ),
+        (
+            "--help=false: the kubelet exits re-reading its flags",
+            "",
+            &[],
+            None,
+            &["--help=false"],
+            false,
+        ),
+        (
+            "a boolean followed by a word",
+            "",
+            &[],
+            None,
+            &["--register-node", "false"],
+            false,
+        ),
+        (
+            "a configuration flag after --",
+            "",
+            &[],
+            None,
+            &["--", "--reserved-cpus=1"],
+            false,
+        ),
+        (
+            "a lone -- at the end",
+            "",
+            &[],
+            None,
+            &["--topology-manager-scope=pod", "--"],
+            true,
+        ),
+        (
+            "an empty word as a value",
+            "cpuManagerPolicy: static\nreservedSystemCPUs: \"0-3\"\n",
+            &[],
+            None,
+            &["--reserved-cpus", "", "--topology-manager-scope", "pod"],
+            true,
         ),
         (
             "a gate that is not a boolean",

@@ -140,6 +140,10 @@ pub mod reason {
     /// PodLevelResourceManagers feature, KEP-5526), which nodetopo does not model: they are
     /// published as taken (never free), the containers' CPUs are not compared.
     pub const KUBELET_POD_LEVEL_ALLOCATIONS: &str = "KubeletPodLevelAllocations";
+    /// KubeletAgreement False: the CPU assignments agree, but the memory the kubelet's
+    /// Memory Manager pinned for containers (its `memory_manager_state`) differs from
+    /// nodetopo's admissions (whose Memory Manager runs policy `None` unless modelled).
+    pub const KUBELET_MEMORY_DISAGREE: &str = "KubeletMemoryDisagree";
 
     // Applied (NodeTopology, actuation).
     /// Applied True: the kubelet already runs the configuration.

@@ -12,7 +12,8 @@
 // starts from a fresh copy of the global feature gates; a kubelet panic is a refusal.
 // Input line: {"args": ["--config=...", ...]} (the
 // kubelet's arguments without the program name), or the older {"config": "<path>",
-// "configDir": "<path or empty>"}. Output line: {"ok": true, "owned": {...}} or
+// "configDir": "<path or empty>"}, or {"flagSet": true} for the kubelet's flag set
+// ({"ok": true, "flags": [{"name", "shorthand", "type", "noOptDefVal"}, ...]}). Output line: {"ok": true, "owned": {...}} or
 // {"ok": false, "error": "..."}.
 package main
 
@@ -47,6 +48,9 @@ func mergeKubeletConfigurations(kc *kubeletconfiginternal.KubeletConfiguration, 
 func kubeletConfigFlagPrecedence(kc *kubeletconfiginternal.KubeletConfiguration, args []string) error
 
 type request struct {
+	// FlagSet asks for the kubelet's flag set instead (every flag the command line may
+	// carry, with its shorthand, value type and the value a bare flag takes).
+	FlagSet   bool     `json:"flagSet"`
 	Args      []string `json:"args"`
 	Config    string   `json:"config"`
 	ConfigDir string   `json:"configDir"`
@@ -74,10 +78,55 @@ type owned struct {
 	ReservedMemory               []memoryReservation `json:"reservedMemory"`
 }
 
+type flagInfo struct {
+	Name        string `json:"name"`
+	Shorthand   string `json:"shorthand,omitempty"`
+	Type        string `json:"type"`
+	NoOptDefVal string `json:"noOptDefVal,omitempty"`
+	// Global: registered by AddGlobalFlags, so a value-taking no-op in the re-parse of
+	// kubeletConfigFlagPrecedence (newFakeFlagSet drops NoOptDefVal).
+	Global bool `json:"global,omitempty"`
+}
+
 type response struct {
-	OK    bool   `json:"ok"`
-	Owned *owned `json:"owned,omitempty"`
-	Error string `json:"error,omitempty"`
+	OK    bool       `json:"ok"`
+	Owned *owned     `json:"owned,omitempty"`
+	Flags []flagInfo `json:"flags,omitempty"`
+	Error string     `json:"error,omitempty"`
+}
+
+// kubeletFlagSet builds the kubelet's flag set as NewKubeletCommand builds it, over fresh
+// flags and a fresh default configuration.
+func kubeletFlagSet() (*pflag.FlagSet, *options.KubeletFlags, *kubeletconfiginternal.KubeletConfiguration, error) {
+	cleanFlagSet := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
+	cleanFlagSet.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	cleanFlagSet.SetOutput(io.Discard)
+	kubeletFlags := options.NewKubeletFlags()
+	kubeletConfig, err := options.NewKubeletConfiguration()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kubeletFlags.AddFlags(cleanFlagSet)
+	options.AddKubeletConfigFlags(cleanFlagSet, kubeletConfig)
+	options.AddGlobalFlags(cleanFlagSet)
+	cleanFlagSet.BoolP("help", "h", false, "help for kubelet")
+	return cleanFlagSet, kubeletFlags, kubeletConfig, nil
+}
+
+// flagSet lists the kubelet's flags (hidden and deprecated ones included: pflag parses them).
+func flagSet() ([]flagInfo, error) {
+	fs, _, _, err := kubeletFlagSet()
+	if err != nil {
+		return nil, err
+	}
+	globals := pflag.NewFlagSet("", pflag.ContinueOnError)
+	globals.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	options.AddGlobalFlags(globals)
+	var out []flagInfo
+	fs.VisitAll(func(f *pflag.Flag) {
+		out = append(out, flagInfo{Name: f.Name, Shorthand: f.Shorthand, Type: f.Value.Type(), NoOptDefVal: f.NoOptDefVal, Global: globals.Lookup(f.Name) != nil})
+	})
+	return out, nil
 }
 
 // pristine is the feature gates as the kubelet starts with them; each case sets a copy.
@@ -104,23 +153,34 @@ func effective(req request) (o *owned, err error) {
 		args = []string{"--config=" + req.Config, "--config-dir=" + req.ConfigDir}
 	}
 	// The kubelet's flag set, as NewKubeletCommand builds it.
-	cleanFlagSet := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
-	cleanFlagSet.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	cleanFlagSet.SetOutput(io.Discard)
-	kubeletFlags := options.NewKubeletFlags()
-	kubeletConfig, err := options.NewKubeletConfiguration()
+	cleanFlagSet, kubeletFlags, kubeletConfig, err := kubeletFlagSet()
 	if err != nil {
 		return nil, err
 	}
-	kubeletFlags.AddFlags(cleanFlagSet)
-	options.AddKubeletConfigFlags(cleanFlagSet, kubeletConfig)
-	options.AddGlobalFlags(cleanFlagSet)
-	cleanFlagSet.BoolP("help", "h", false, "help for kubelet")
+	// --version is one flag object shared by every flag set (verflag.AddFlags): reset it.
+	version := cleanFlagSet.Lookup("version")
+	if err := version.Value.Set("false"); err != nil {
+		return nil, err
+	}
+	version.Changed = false
 	if err := cleanFlagSet.Parse(args); err != nil {
 		return nil, fmt.Errorf("failed to parse kubelet flag: %w", err)
 	}
 	if cmds := cleanFlagSet.Args(); len(cmds) > 0 {
 		return nil, fmt.Errorf("unknown command %+s", cmds[0])
+	}
+	// The command's short-circuits: it prints its help, or its version, and exits.
+	if help, err := cleanFlagSet.GetBool("help"); err != nil || help {
+		return nil, fmt.Errorf("the kubelet prints its help and exits (--help)")
+	}
+	if v := version.Value.String(); v == "true" || v == "raw" {
+		return nil, fmt.Errorf("the kubelet prints its version and exits (--version=%s)", v)
+	}
+	// kubeletConfigFlagPrecedence re-parses with an ExitOnError flag set that has no
+	// "help": pflag's ErrHelp there ends the kubelet (os.Exit(0)), which would end the
+	// oracle too, so it is reported here instead of run.
+	if cleanFlagSet.Changed("help") && (len(kubeletFlags.KubeletConfigFile) > 0 || len(kubeletFlags.KubeletDropinConfigDirectory) > 0) {
+		return nil, fmt.Errorf("the kubelet exits re-reading its flags over its files: --help is no flag there (pflag.ErrHelp)")
 	}
 	if err := gates.SetFromMap(kubeletConfig.FeatureGates); err != nil {
 		return nil, fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
@@ -195,6 +255,12 @@ func main() {
 		var resp response
 		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
 			resp = response{Error: fmt.Sprintf("bad request: %v", err)}
+		} else if req.FlagSet {
+			if flags, err := flagSet(); err != nil {
+				resp = response{Error: err.Error()}
+			} else {
+				resp = response{OK: true, Flags: flags}
+			}
 		} else if o, err := effective(req); err != nil {
 			resp = response{Error: err.Error()}
 		} else {

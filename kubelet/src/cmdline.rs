@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod flag_set;
+
 /// The most bytes of one `/proc/PID/cmdline` read.
 const MAX_CMDLINE_BYTES: u64 = 1 << 20;
 
@@ -135,15 +137,14 @@ fn go_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// The words of a command line: NUL-separated as in `/proc/PID/cmdline`, or, without a
-/// NUL, whitespace-separated text (`ps -o args=`). Empty words are dropped.
+/// The words of a command line: NUL-separated as in `/proc/PID/cmdline` (each argument
+/// ends with a NUL; an empty argument, as in `--reserved-cpus ""`, is an empty word, a
+/// value the kubelet takes), or, without a NUL, whitespace-separated text (`ps -o args=`).
 pub fn words(bytes: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(bytes);
     if text.contains('\0') {
-        text.split('\0')
-            .filter(|a| !a.is_empty())
-            .map(String::from)
-            .collect()
+        let text = text.strip_suffix('\0').unwrap_or(&text);
+        text.split('\0').map(String::from).collect()
     } else {
         text.split_whitespace().map(String::from).collect()
     }
@@ -254,10 +255,17 @@ fn set_reserved_memory(
 }
 
 /// Parses a kubelet's arguments (without the program name) as its flag library (pflag)
-/// does for the flags read: `--name=value` or `--name value` (the next word, whatever it
-/// is), `_` in a name read as `-`, up to a lone `--`. Other flags are skipped; a value of
-/// theirs that is not itself a flag is never taken for one. A bad value is an error naming
-/// the flag, as the kubelet refuses to start on it.
+/// parses them into the kubelet's flag set ([`flag_set::KUBELET_FLAGS`], every flag of the
+/// kubelet v1.37.2 with whether it takes a value): `--name=value`, or `--name value` (the
+/// next word, whatever it is) for a flag that needs a value, a bare `--name` for one that
+/// does not (the booleans, `--version`); `_` in a long name read as `-`; the shorthands
+/// `-v 2`, `-v=2`, `-v2`, `-h` (also run together, `-hv2`). As the kubelet, it refuses an
+/// unknown flag (it could not tell whether the next word is the flag's value), a word that
+/// is not a flag and anything after a lone `--` (the kubelet's "unknown command"), a flag
+/// without its value, a boolean flag whose value is not Go's boolean, a log level (`-v`)
+/// that is not a number, `--help` and `--version` (the kubelet prints and exits), and a bad
+/// value of a configuration flag it reads; each error names the flag. The values of the
+/// other flags (numbers, durations, addresses ...) are not checked.
 pub fn parse(pid: u32, args: &[String]) -> Result<KubeletCommandLine, String> {
     let k = parse_lenient(pid, args);
     match k.error {
@@ -278,52 +286,145 @@ pub fn parse_lenient(pid: u32, args: &[String]) -> KubeletCommandLine {
     out
 }
 
-fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), String> {
-    let mut memory_detached = false;
+/// The kubelet's flag named `name` (after `_` -> `-`, as the kubelet normalises names).
+fn long_flag(name: &str) -> Option<&'static flag_set::FlagSpec> {
+    let name = name.replace('_', "-");
+    flag_set::KUBELET_FLAGS.iter().find(|f| f.name == name)
+}
+
+fn short_flag(c: u8) -> Option<&'static flag_set::FlagSpec> {
+    flag_set::KUBELET_FLAGS
+        .iter()
+        .find(|f| f.shorthand.is_some_and(|s| s as u32 == u32::from(c)))
+}
+
+/// pflag's `parseArgs` over the kubelet's flag set: each flag with its value, in order.
+fn flags_of(args: &[String]) -> Result<Vec<(&'static flag_set::FlagSpec, String)>, String> {
+    let mut out = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
         i += 1;
         if arg == "--" {
+            // The rest are arguments, which the kubelet refuses.
+            if let Some(word) = args.get(i) {
+                return Err(format!(
+                    "{word:?} after \"--\" is not a flag: the kubelet refuses to start on it (unknown command)"
+                ));
+            }
             break;
         }
-        let Some(flag) = arg.strip_prefix("--") else {
-            continue;
-        };
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n.replace('_', "-"), Some(v.to_string())),
-            None => (flag.replace('_', "-"), None),
-        };
-        const READ: [&str; 13] = [
-            "config",
-            "config-dir",
-            "feature-gates",
-            "cpu-manager-policy",
-            "cpu-manager-policy-options",
-            "reserved-cpus",
-            "kube-reserved",
-            "system-reserved",
-            "topology-manager-policy",
-            "topology-manager-scope",
-            "topology-manager-policy-options",
-            "memory-manager-policy",
-            "reserved-memory",
-        ];
-        if !READ.contains(&name.as_str()) {
+        if arg.len() < 2 || !arg.starts_with('-') {
+            return Err(format!(
+                "{arg:?} is not a flag: the kubelet refuses to start on it (unknown command)"
+            ));
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            if long.starts_with(['-', '=']) {
+                return Err(format!(
+                    "{arg:?}: bad flag syntax, which the kubelet refuses"
+                ));
+            }
+            let (name, inline) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (long, None),
+            };
+            let Some(spec) = long_flag(name) else {
+                return Err(format!(
+                    "--{name} is not a flag of the kubelet (v1.37.2), which refuses to start on it; nodetopo cannot tell whether the next word is its value"
+                ));
+            };
+            let value = match (inline, spec.bare) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(bare)) => bare.to_string(),
+                (None, None) => {
+                    let Some(v) = args.get(i) else {
+                        return Err(format!("--{} has no value", spec.name));
+                    };
+                    i += 1;
+                    v.clone()
+                }
+            };
+            out.push((spec, value));
             continue;
         }
-        let value = match inline {
-            Some(v) => v,
-            None => {
+        // Shorthands, one letter after the other.
+        let mut shorts = &arg.as_bytes()[1..];
+        if shorts.starts_with(b"test.") {
+            continue; // pflag skips Go test flags
+        }
+        while let Some(&c) = shorts.first() {
+            let Some(spec) = short_flag(c) else {
+                return Err(format!(
+                    "-{} in {arg:?} is not a shorthand flag of the kubelet, which refuses to start on it",
+                    char::from(c)
+                ));
+            };
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            let value = if shorts.len() > 2 && shorts[1] == b'=' {
+                let v = text(&shorts[2..]);
+                shorts = &[];
+                v
+            } else if let Some(bare) = spec.bare {
+                shorts = &shorts[1..];
+                bare.to_string()
+            } else if shorts.len() > 1 {
+                let v = text(&shorts[1..]);
+                shorts = &[];
+                v
+            } else {
+                shorts = &[];
                 let Some(v) = args.get(i) else {
-                    return Err(format!("--{name} has no value"));
+                    return Err(format!("-{} has no value", char::from(c)));
                 };
                 i += 1;
                 v.clone()
+            };
+            out.push((spec, value));
+        }
+    }
+    Ok(out)
+}
+
+fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), String> {
+    let mut memory_detached = false;
+    // `--help` and `--version` as they end up (the kubelet looks at them after parsing).
+    let (mut help, mut version) = (None, None);
+    for (spec, value) in flags_of(args)? {
+        let name = spec.name;
+        if spec.kind == "bool" {
+            let Some(b) = go_bool(&value) else {
+                return Err(format!(
+                    "--{name}={value}: {value:?} is not a boolean, which the kubelet refuses"
+                ));
+            };
+            if name == "help" {
+                help = Some(b);
             }
-        };
+            continue;
+        }
+        // klog's `Level.Set`: `strconv.ParseUint(value, 10, 32)`.
+        if spec.kind == "Level"
+            && !(!value.is_empty()
+                && value.bytes().all(|b| b.is_ascii_digit())
+                && value.parse::<u32>().is_ok())
+        {
+            return Err(format!(
+                "--{name}={value}: {value:?} is not a log level (a number), which the kubelet refuses"
+            ));
+        }
+        if name == "version" {
+            // verflag: true, false, `raw`, or `v...` (the version to report; not checked).
+            if go_bool(&value).is_none() && value != "raw" && !value.starts_with('v') {
+                return Err(format!(
+                    "--version={value}: not true, false, raw or vX.Y.Z, which the kubelet refuses"
+                ));
+            }
+            version = Some(value);
+            continue;
+        }
         let f = &mut out.flags;
-        let set = match name.as_str() {
+        let set = match name {
             "config" => {
                 out.config = Some(value.clone());
                 Ok(())
@@ -364,9 +465,32 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
                 f.memory_manager_policy = Some(value.clone());
                 Ok(())
             }
-            _ => set_reserved_memory(&mut f.reserved_memory, &mut memory_detached, &value),
+            "reserved-memory" => {
+                set_reserved_memory(&mut f.reserved_memory, &mut memory_detached, &value)
+            }
+            // A flag nodetopo does not read.
+            _ => Ok(()),
         };
         set.map_err(|e| format!("--{name}={value}: {e}"))?;
+    }
+    // With files to read, the kubelet re-reads its command line over them
+    // (`kubeletConfigFlagPrecedence`) with a flag set that has no `--help`: pflag ends the
+    // kubelet there, whatever the flag's value. (Its global flags take a value in that
+    // re-reading; the one that may be bare, `--version`, has ended it before.)
+    if help == Some(true) {
+        return Err("--help: the kubelet prints its help and exits".into());
+    }
+    if let Some(v) = version.filter(|v| v == "raw" || go_bool(v) == Some(true)) {
+        return Err(format!(
+            "--version={v}: the kubelet prints its version and exits"
+        ));
+    }
+    let files = out.config.as_deref().is_some_and(|c| !c.is_empty()) || out.config_dir.is_some();
+    if help.is_some() && files {
+        return Err(
+            "--help: the kubelet exits re-reading its flags over its files (--help is no flag there)"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -599,7 +723,7 @@ mod tests {
     fn flags_are_read_as_pflag_reads_them() {
         let k = parse(
             7,
-            &args("--v=2 --config /var/lib/kubelet/config.yaml --register-node --config-dir=/etc/k/conf.d --feature-gates=A=true,B=f --feature-gates B=T,C=0 -- --config=/x"),
+            &args("--v=2 --config /var/lib/kubelet/config.yaml --register-node --config-dir=/etc/k/conf.d --feature-gates=A=true,B=f --feature-gates B=T,C=0 --"),
         )
         .unwrap();
         assert_eq!(k.config.as_deref(), Some("/var/lib/kubelet/config.yaml"));
@@ -617,6 +741,79 @@ mod tests {
         assert!(parse(1, &args("--feature-gates=A=yes"))
             .unwrap_err()
             .contains("\"yes\" is not a boolean"));
+    }
+
+    /// The command line split as pflag splits it over the kubelet's whole flag set: a flag
+    /// that takes a value takes the next word, whatever it looks like, a boolean never
+    /// does; unknown flags, stray words and shorthands the kubelet does not have are
+    /// refused, naming them.
+    #[test]
+    fn words_are_split_by_the_kubelets_flag_set() {
+        // A value-taking flag the kubelet has swallows the next word ...
+        let k = parse(
+            1,
+            &args("--hostname-override --reserved-cpus=0-1 --node-ip 10.0.0.1"),
+        )
+        .unwrap();
+        assert_eq!(
+            k.flags.reserved_cpus, None,
+            "the hostname is --reserved-cpus=0-1"
+        );
+        // ... a boolean does not, nor does --version.
+        let k = parse(
+            1,
+            &args("--register-node --reserved-cpus=0-1 --version --config=/c --version=false"),
+        )
+        .unwrap();
+        assert_eq!(k.flags.reserved_cpus.as_deref(), Some("0-1"));
+        assert_eq!(k.config.as_deref(), Some("/c"));
+        // Shorthands: -v takes a value in every spelling, -h does not.
+        for line in [
+            "-v 3 --config=/c",
+            "-v=3 --config=/c",
+            "-v3 --config=/c",
+            "-v 2 --config=/x --config=/c --version=false",
+        ] {
+            let k = parse(1, &args(line)).unwrap();
+            assert_eq!(k.config.as_deref(), Some("/c"), "{line}");
+        }
+        // An empty argument is a value (/proc keeps it).
+        let k = parse(1, &words(b"--reserved-cpus\0\0--config=/c\0")).unwrap();
+        assert_eq!(k.flags.reserved_cpus.as_deref(), Some(""));
+        assert_eq!(k.config.as_deref(), Some("/c"));
+        for (line, want) in [
+            (
+                "--some-unknown-flag --reserved-cpus=0-1",
+                "--some-unknown-flag is not a flag of the kubelet",
+            ),
+            ("--config=/c stray", "\"stray\" is not a flag"),
+            (
+                "--config=/c -- --reserved-cpus=1",
+                "after \"--\" is not a flag",
+            ),
+            ("-x", "-x in \"-x\" is not a shorthand flag"),
+            ("---config=/c", "bad flag syntax"),
+            (
+                "--register-node=maybe",
+                "--register-node=maybe: \"maybe\" is not a boolean",
+            ),
+            ("--register-node false", "\"false\" is not a flag"),
+            ("-v", "-v has no value"),
+            (
+                "-v --config=/c",
+                "--v=--config=/c: \"--config=/c\" is not a log level",
+            ),
+            ("--hostname-override", "--hostname-override has no value"),
+            ("-hv 3", "--help: the kubelet prints its help"),
+            ("--help=false --help", "--help: the kubelet prints its help"),
+            ("--help=false --config=/c", "exits re-reading its flags"),
+            ("--version", "prints its version and exits"),
+            ("--version=raw", "prints its version and exits"),
+            ("--version=maybe", "not true, false, raw"),
+        ] {
+            let e = parse(1, &args(line)).unwrap_err();
+            assert!(e.contains(want), "{line}: {want:?} in {e}");
+        }
     }
 
     /// The configuration flags as the kubelet's flag types read them.

@@ -141,6 +141,15 @@ fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
         }
         Some(_) => bail!("{}: featureGates is not a map", file.display()),
     }
+    // Decoded into the typed list when the file is loaded (so a bad value here stops the
+    // kubelet even where a drop-in replaces the list), then marshaled again as the base the
+    // drop-ins patch (`omitempty`: an empty list is left out).
+    if let Some(v) = m.get("reservedMemory") {
+        let list = reserved_memory_of(v, || file.display().to_string())?;
+        if !list.is_empty() {
+            out.insert("reservedMemory".into(), reserved_memory_json(&list));
+        }
+    }
     for key in MAPS {
         match m.get(key) {
             None | Some(J::Null) => {}
@@ -165,12 +174,19 @@ fn config_layer(text: &str, file: &Path) -> anyhow::Result<serde_json::Value> {
     Ok(J::Object(out))
 }
 
-/// RFC 7386 JSON merge patch, as the kubelet applies each drop-in: an object patches key by
-/// key (`null` deletes), anything else replaces.
+/// RFC 7386 JSON merge patch, as the kubelet applies each drop-in (evanphx/json-patch's
+/// `MergePatch`): an object patches key by key (`null` deletes), anything else replaces. A
+/// value that replaces anything but an object loses the `null` members of the objects
+/// inside it, also inside arrays (`pruneNulls`): `reservedMemory: [{limits: {memory:
+/// null}}]` is an entry without limits, not a zero reservation.
 fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
     use serde_json::Value as J;
     let J::Object(p) = patch else {
-        *target = patch.clone();
+        *target = if target.is_object() {
+            patch.clone()
+        } else {
+            pruned(patch)
+        };
         return;
     };
     if !target.is_object() {
@@ -185,6 +201,139 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
             }
         }
     }
+}
+
+/// evanphx/json-patch's `pruneNulls`: the `null` members of every object inside `v`
+/// removed (the `null` elements of arrays stay).
+fn pruned(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Object(m) => J::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), pruned(v)))
+                .collect(),
+        ),
+        J::Array(a) => J::Array(a.iter().map(pruned).collect()),
+        _ => v.clone(),
+    }
+}
+
+/// The text Go's JSON decoder hands to `Quantity.UnmarshalJSON` for a JSON number: the
+/// number as sigs.k8s.io/yaml wrote it (an integer as is, a float in decimal; the value is
+/// the same for every spelling, and a quantity is exact).
+fn number_text(n: &serde_json::Number) -> String {
+    match (n.as_i64(), n.as_u64(), n.as_f64()) {
+        (Some(i), _, _) => i.to_string(),
+        (_, Some(u), _) => u.to_string(),
+        (_, _, Some(f)) => format!("{f}"),
+        _ => n.to_string(),
+    }
+}
+
+/// `reservedMemory` (a JSON value of a file, or of the merged files) decoded as the kubelet
+/// decodes it into `[]MemoryReservation`: `null` is no list; a `null` entry is NUMA node 0
+/// without limits; `numaNode` must be a JSON integer in 32 bits (`1.0` is one: YAML's float
+/// is written back as `1`); a limit is a quantity string (trimmed) or a JSON number, and a
+/// `null` limit the zero quantity. Values are checked later ([`check_reserved_memory`]).
+/// `source` names where the value came from.
+fn reserved_memory_of(
+    v: &serde_json::Value,
+    source: impl Fn() -> String,
+) -> anyhow::Result<Vec<MemoryReservation>> {
+    use serde_json::Value as J;
+    let items = match v {
+        J::Null => return Ok(Vec::new()),
+        J::Array(items) => items,
+        _ => bail!(
+            "reservedMemory is not a list ({}); the kubelet refuses the configuration",
+            source()
+        ),
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let mut r = MemoryReservation {
+            numa_node: 0,
+            limits: BTreeMap::new(),
+        };
+        let entry = match item {
+            J::Null => {
+                out.push(r);
+                continue;
+            }
+            J::Object(entry) => entry,
+            _ => bail!(
+                "reservedMemory[{i}] is not an object ({}); the kubelet refuses the configuration",
+                source()
+            ),
+        };
+        match entry.get("numaNode") {
+            None | Some(J::Null) => {}
+            Some(J::Number(n)) => {
+                let node = match (n.as_i64(), n.as_f64()) {
+                    (Some(i), _) => i32::try_from(i).ok(),
+                    (None, Some(f)) if f.fract() == 0.0 && f.abs() <= f64::from(i32::MAX) => {
+                        Some(f as i32)
+                    }
+                    _ => None,
+                };
+                let Some(node) = node else {
+                    bail!(
+                        "reservedMemory[{i}].numaNode {n} is not a 32-bit integer ({}); the kubelet refuses the configuration",
+                        source()
+                    );
+                };
+                r.numa_node = node;
+            }
+            Some(other) => bail!(
+                "reservedMemory[{i}].numaNode {other} is not a number ({}); the kubelet refuses the configuration",
+                source()
+            ),
+        }
+        match entry.get("limits") {
+            None | Some(J::Null) => {}
+            Some(J::Object(limits)) => {
+                for (name, q) in limits {
+                    let text = match q {
+                        J::Null => "0".to_string(),
+                        J::String(s) => s.trim_matches(char::is_whitespace).to_string(),
+                        J::Number(n) => number_text(n),
+                        _ => bail!(
+                            "reservedMemory[{i}].limits.{name} is not a quantity ({}); the kubelet refuses the configuration",
+                            source()
+                        ),
+                    };
+                    quantity::Quantity::parse(&text).map_err(|e| {
+                        anyhow::anyhow!(
+                            "reservedMemory[{i}].limits.{name} ({}): {e}; the kubelet refuses the configuration",
+                            source()
+                        )
+                    })?;
+                    r.limits.insert(name.clone(), text);
+                }
+            }
+            Some(_) => bail!(
+                "reservedMemory[{i}].limits is not a map ({}); the kubelet refuses the configuration",
+                source()
+            ),
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// A reservation list as the kubelet marshals it into the base the drop-ins patch.
+fn reserved_memory_json(list: &[MemoryReservation]) -> serde_json::Value {
+    serde_json::Value::Array(
+        list.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "numaNode": r.numa_node,
+                    "limits": r.limits,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The merged JSON of the owned keys and `featureGates` over the `--config` file and the
@@ -309,8 +458,9 @@ pub struct KubeletFileConfig {
     pub system_reserved: BTreeMap<String, String>,
     /// `memoryManagerPolicy` as set (empty: not set, the kubelet's default `None`).
     pub memory_manager_policy: String,
-    /// `reservedMemory` as `--reserved-memory` sets it (`None`: not on the command line;
-    /// the files' `reservedMemory` is not read).
+    /// `reservedMemory`: the files' list (the last file that sets it wins whole, as a JSON
+    /// merge patch replaces a list), or `--reserved-memory`'s, which replaces it (`None`:
+    /// no reservation).
     pub reserved_memory: Option<Vec<MemoryReservation>>,
 }
 
@@ -454,9 +604,17 @@ fn effective_of(
             out.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
         }
     }
+    let mut reserved_memory = match merged.get("reservedMemory") {
+        None => Vec::new(),
+        Some(v) => reserved_memory_of(v, || format!("last set in {}", last_set("reservedMemory")))?,
+    };
     if let Some(list) = &flags.reserved_memory {
-        check_reserved_memory(list)?;
+        reserved_memory = list.clone();
     }
+    check_reserved_memory(
+        &reserved_memory,
+        &source("reservedMemory", flags.reserved_memory.is_some()),
+    )?;
     // As the kubelet sets its gates: the command line's alone, then (while the config file
     // is defaulted) the config file's over them, then the merged ones.
     check_gate_set(&flags.feature_gates, &config_gates, &feature_gates)?;
@@ -466,7 +624,7 @@ fn effective_of(
         kube_reserved,
         system_reserved,
         memory_manager_policy,
-        reserved_memory: flags.reserved_memory.clone(),
+        reserved_memory: (!reserved_memory.is_empty()).then_some(reserved_memory),
     })
 }
 
@@ -606,23 +764,30 @@ fn check_gate_set(
 }
 
 /// The kubelet's validation of `reservedMemory` (`validateReservedMemoryConfiguration`):
-/// no zero quantity, no NUMA node and type given twice.
-fn check_reserved_memory(list: &[MemoryReservation]) -> anyhow::Result<()> {
+/// only `memory` and `hugepages-<size>`, no zero quantity, no NUMA node and type given
+/// twice. `source` says where the list came from.
+fn check_reserved_memory(list: &[MemoryReservation], source: &str) -> anyhow::Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for m in list {
         for (name, q) in &m.limits {
+            if name != "memory" && !name.starts_with("hugepages-") {
+                bail!(
+                    "reservedMemory ({source}): {name:?} on NUMA node {} is not a memory type (memory or hugepages-<size>), which the kubelet refuses",
+                    m.numa_node
+                );
+            }
             let zero = quantity::Quantity::parse(q)
                 .map(|q| q.is_zero())
                 .unwrap_or(false);
             if zero {
                 bail!(
-                    "--reserved-memory: the reservation of {name} on NUMA node {} is zero, which the kubelet refuses",
+                    "reservedMemory ({source}): the reservation of {name} on NUMA node {} is zero, which the kubelet refuses",
                     m.numa_node
                 );
             }
             if !seen.insert((m.numa_node, name.as_str())) {
                 bail!(
-                    "--reserved-memory: NUMA node {} reserves {name} twice, which the kubelet refuses",
+                    "reservedMemory ({source}): NUMA node {} reserves {name} twice, which the kubelet refuses",
                     m.numa_node
                 );
             }
@@ -1300,6 +1465,85 @@ mod flag_tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{line}: {want:?} in {e}");
+        }
+    }
+
+    /// `reservedMemory` of the files as the kubelet reads it: the last file that sets the
+    /// list wins it whole, a drop-in's null limits are pruned, `--reserved-memory` replaces
+    /// the files' list and an empty one keeps it; values checked on the final list.
+    #[test]
+    fn reserved_memory_of_files_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.yaml");
+        std::fs::write(
+            &main,
+            format!("{HEAD}reservedMemory: [{{numaNode: 0, limits: {{memory: 1Gi}}}}, {{numaNode: 1.0, limits: {{memory: 1073741824}}}}]\n"),
+        )
+        .unwrap();
+        let d = dir.path().join("conf.d");
+        std::fs::create_dir(&d).unwrap();
+        let nodes = |c: &KubeletFileConfig| -> Vec<(i32, Vec<(String, String)>)> {
+            c.reserved_memory
+                .iter()
+                .flatten()
+                .map(|m| (m.numa_node, m.limits.clone().into_iter().collect()))
+                .collect()
+        };
+        let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let c = read_config(&main, Some(&d)).unwrap();
+        assert_eq!(
+            nodes(&c),
+            [
+                (0, vec![s("memory", "1Gi")]),
+                (1, vec![s("memory", "1073741824")])
+            ]
+        );
+        std::fs::write(
+            d.join("50-a.conf"),
+            format!("{HEAD}reservedMemory: [{{numaNode: 2, limits: {{memory: null, hugepages-2Mi: \" 4Mi \"}}}}]\n"),
+        )
+        .unwrap();
+        let c = read_config(&main, Some(&d)).unwrap();
+        assert_eq!(nodes(&c), [(2, vec![s("hugepages-2Mi", "4Mi")])]);
+        let c = read_config_with_flags(&main, Some(&d), &flags("--reserved-memory=")).unwrap();
+        assert_eq!(nodes(&c), [(2, vec![s("hugepages-2Mi", "4Mi")])]);
+        let c = read_config_with_flags(&main, Some(&d), &flags("--reserved-memory=3:memory=1G"))
+            .unwrap();
+        assert_eq!(nodes(&c), [(3, vec![s("memory", "1G")])]);
+        std::fs::write(d.join("60-b.conf"), format!("{HEAD}reservedMemory: null\n")).unwrap();
+        assert_eq!(read_config(&main, Some(&d)).unwrap().reserved_memory, None);
+        for (body, want) in [
+            (
+                "reservedMemory: [{numaNode: 0, limits: {cpu: \"1\"}}]",
+                "\"cpu\" on NUMA node 0 is not a memory type",
+            ),
+            (
+                "reservedMemory: [{numaNode: 0, limits: {memory: null}}]",
+                "is zero",
+            ),
+            (
+                "reservedMemory: [{numaNode: \"0\"}]",
+                "numaNode \"0\" is not a number",
+            ),
+            (
+                "reservedMemory: [{numaNode: 4294967297}]",
+                "not a 32-bit integer",
+            ),
+            (
+                "reservedMemory: [{numaNode: 0, limits: {memory: lots}}]",
+                "limits.memory",
+            ),
+            (
+                "reservedMemory: {numaNode: 0}",
+                "reservedMemory is not a list",
+            ),
+        ] {
+            std::fs::write(&main, format!("{HEAD}{body}\n")).unwrap();
+            let e = format!("{:#}", read_config(&main, None).unwrap_err());
+            assert!(
+                e.contains(want) && e.contains("config.yaml"),
+                "{body}: {want:?} in {e}"
+            );
         }
     }
 

@@ -13,7 +13,8 @@
 //! view until the pure [`agreement_after_restart`] accepts it or `--actuation-verify-seconds`
 //! since the restart have passed; a failure rolls the apply back.
 //!
-//! Accepted: `Agree`; or `Disagree` whose differences were all present before the apply
+//! Accepted: `Agree`; or `Disagree` (or `KubeletMemoryDisagree`: pinned memory differs,
+//! the CPUs agree) whose differences were all present before the apply
 //! started (pods placed before the change keep their CPUs on both sides, and the change
 //! planner lists them as non-conforming; the restart added no difference). Anything else
 //! after the restart (no kubelet state, an unreadable one, a checksum mismatch, the kubelet
@@ -69,7 +70,7 @@ pub fn agreement_after_restart(
             c.message
         ));
     }
-    if c.reason == reason::DISAGREE {
+    if c.reason == reason::DISAGREE || c.reason == reason::KUBELET_MEMORY_DISAGREE {
         let old: &[String] = before.map_or(&[], |b| &b.differences);
         let new: Vec<&String> = seen
             .differences

@@ -306,6 +306,59 @@ fn kubelet_disagreement_is_named() {
     );
 }
 
+/// Local mode reads the Memory Manager's checkpoint beside `--kubelet-state` and
+/// KubeletAgreement names the memory the kubelet pinned, which nodetopo's admissions (Memory
+/// Manager `None`) did not.
+#[test]
+fn kubelet_pinned_memory_is_named() {
+    use nodetopo_kubelet::memory_checkpoint::{render, Block, MemoryCheckpointFormat, MemoryState};
+    let e = Env::new();
+    e.pod(1, 2);
+    let file = e.p("cpu_manager_state");
+    fs::write(&file, r#"{"policyName":"static","defaultCpuSet":"0,3-63","entries":{"u1":{"app":"1-2"}},"checksum":729644698}"#)
+        .expect("write");
+    let state = MemoryState {
+        policy_name: "Static".into(),
+        entries: Some(
+            [(
+                "u1".to_string(),
+                Some(
+                    [(
+                        "app".to_string(),
+                        Some(vec![Block {
+                            numa_affinity: Some(vec![0]),
+                            resource: "memory".into(),
+                            size: 1 << 30,
+                        }]),
+                    )]
+                    .into(),
+                ),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    fs::write(
+        e.p("memory_manager_state"),
+        render(&state, MemoryCheckpointFormat::V3),
+    )
+    .expect("write");
+    let c = e.start(&file);
+    let s = e.wait("memory named", |s| {
+        cond_is(s, "KubeletAgreement", "False", "Disagree")
+            && message(s, "KubeletAgreement").contains("default/p1/app memory")
+            && allocations(s).len() == 1
+    });
+    stop(c);
+    assert!(
+        message(&s, "KubeletAgreement").ends_with(
+            "; pinned memory differs too for 1 containers: default/p1/app memory (kubelet \"memory 1073741824@0\", nodetopo \"none\")"
+        ),
+        "{}",
+        message(&s, "KubeletAgreement")
+    );
+}
+
 #[test]
 fn malformed_pod_yaml_is_reported_and_skipped() {
     let e = Env::new();

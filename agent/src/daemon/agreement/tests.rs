@@ -70,6 +70,18 @@ fn agreement_after_restart_decisions() {
             Ok("with only the 1 differences already present before the apply"),
         ),
         (
+            "pinned memory differing as before the apply",
+            Some(&before_old),
+            Some(seen(after, 3, "KubeletMemoryDisagree", &[old])),
+            Ok("with only the 1 differences already present before the apply"),
+        ),
+        (
+            "pinned memory differing anew",
+            Some(&before_agree),
+            Some(seen(after, 3, "KubeletMemoryDisagree", &[old])),
+            Err("with 1 differences not present before the apply: default/db/app"),
+        ),
+        (
             "a new difference",
             Some(&before_old),
             Some(seen(after, 3, "Disagree", &[old, new])),

@@ -97,14 +97,98 @@ impl Core {
             .collect()
     }
 
+    /// The containers whose pinned memory differs between the kubelet's Memory Manager
+    /// checkpoint (`memory_manager_state`, when read and trusted: the blocks of its
+    /// container-level entries, none under policy `None`) and nodetopo's admissions (the
+    /// blocks its Memory Manager gave; none where it runs policy `None`), as
+    /// `namespace/name/container memory (kubelet A, nodetopo B)`, each side its blocks as
+    /// `type size@nodes`. Empty when there is no usable memory checkpoint or no admitter.
+    pub fn memory_differences(&self) -> Vec<String> {
+        let Some(a) = &self.admitter else {
+            return Vec::new();
+        };
+        let Ok(Some(checkpoint)) = &self.kubelet_memory else {
+            return Vec::new();
+        };
+        let Ok(state) = checkpoint.trusted() else {
+            return Vec::new();
+        };
+        type Blocks = BTreeMap<(String, String), Vec<String>>;
+        let mut theirs: Blocks = BTreeMap::new();
+        if state.policy_name == "Static" {
+            for (uid, containers) in state.entries.iter().flatten() {
+                for (c, blocks) in containers.iter().flatten() {
+                    let mut shown: Vec<String> = blocks
+                        .iter()
+                        .flatten()
+                        .map(|b| {
+                            let mut nodes: Vec<i64> = b.numa_affinity.clone().unwrap_or_default();
+                            nodes.sort_unstable();
+                            let nodes: Vec<String> = nodes.iter().map(i64::to_string).collect();
+                            format!("{} {}@{}", b.resource, b.size, nodes.join(","))
+                        })
+                        .collect();
+                    shown.sort();
+                    if !shown.is_empty() {
+                        theirs.insert((uid.clone(), c.clone()), shown);
+                    }
+                }
+            }
+        }
+        let mut ours: Blocks = BTreeMap::new();
+        if let Some(m) = a.memory() {
+            for (uid, cs) in self.admitted.iter() {
+                for r in cs {
+                    let Some(blocks) = m.blocks(uid, &r.container) else {
+                        continue;
+                    };
+                    let mut shown: Vec<String> = blocks
+                        .iter()
+                        .map(|b| {
+                            let nodes: Vec<String> =
+                                b.affinity.ids().map(|n| n.to_string()).collect();
+                            format!("{} {}@{}", b.resource.name(), b.size, nodes.join(","))
+                        })
+                        .collect();
+                    shown.sort();
+                    if !shown.is_empty() {
+                        ours.insert((uid.clone(), r.container.clone()), shown);
+                    }
+                }
+            }
+        }
+        let keys: BTreeSet<&(String, String)> = theirs.keys().chain(ours.keys()).collect();
+        let show = |b: Option<&Vec<String>>| b.map_or_else(|| "none".to_string(), |b| b.join(" "));
+        keys.into_iter()
+            .filter(|k| theirs.get(*k) != ours.get(*k))
+            .map(|k| {
+                let (uid, c) = k;
+                let name = self
+                    .pods
+                    .get(uid)
+                    .map(|p| p.pod.key())
+                    .unwrap_or_else(|| uid.clone());
+                format!(
+                    "{name}/{c} memory (kubelet \"{}\", nodetopo \"{}\")",
+                    show(theirs.get(k)),
+                    show(ours.get(k))
+                )
+            })
+            .collect()
+    }
+
     /// The `KubeletAgreement` condition as status shows it now, with the containers that
-    /// differ (what the actuation verify step compares before and after a restart).
+    /// differ, in CPUs then in pinned memory (what the actuation verify step compares
+    /// before and after a restart).
     pub fn kubelet_agreement(&self) -> (ConditionSpec, Vec<String>) {
         let kubelet = self.kubelet_actual();
-        let differences = match &kubelet {
+        let mut differences = match &kubelet {
             Ok(Some(k)) => self.differences_from(k),
             _ => Vec::new(),
         };
+        if matches!(kubelet, Ok(Some(_))) {
+            differences.extend(self.memory_differences());
+        }
         (self.kubelet_agreement_condition(&kubelet), differences)
     }
 
@@ -160,13 +244,34 @@ impl Core {
                 ),
             )
         } else if diffs.is_empty() {
-            (
-                true,
-                reason::AGREE,
-                "the kubelet's CPU assignments equal nodetopo's".to_string(),
-            )
+            let memory = self.memory_differences();
+            if memory.is_empty() {
+                (
+                    true,
+                    reason::AGREE,
+                    "the kubelet's CPU assignments equal nodetopo's".to_string(),
+                )
+            } else {
+                (
+                    false,
+                    reason::KUBELET_MEMORY_DISAGREE,
+                    format!(
+                        "the kubelet's CPU assignments equal nodetopo's, but the memory its Memory Manager pinned differs for {} containers: {}",
+                        memory.len(),
+                        memory.join(", ")
+                    ),
+                )
+            }
         } else {
             let mut msg = format!("{} containers differ: {}", diffs.len(), diffs.join(", "));
+            let memory = self.memory_differences();
+            if !memory.is_empty() {
+                msg.push_str(&format!(
+                    "; pinned memory differs too for {} containers: {}",
+                    memory.len(),
+                    memory.join(", ")
+                ));
+            }
             if let Some(c) = kubelet_merge_conflict(self.admitted.values().flatten(), k) {
                 msg.push_str(&format!(
                     "; nodetopo's assignments are shown because the kubelet's would overlap them ({c})"

@@ -559,6 +559,114 @@ fn no_change_verdict_names_the_agreement_seen_restarts_and_failures_are_left_alo
     println!("Applied verdict messages checked: 5");
 }
 
+/// The memory the kubelet's Memory Manager pinned (its `memory_manager_state`) is compared
+/// with nodetopo's admissions, whose Memory Manager runs policy `None` (the spec names
+/// none): pinned blocks where the CPUs agree are `KubeletMemoryDisagree`, named per
+/// container; policy `None`, no entries, or a file the kubelet would refuse compare nothing.
+#[test]
+fn kubelet_pinned_memory_is_compared() {
+    use nodetopo_kubelet::memory_checkpoint::{
+        Block, MemoryCheckpoint, MemoryCheckpointFormat, MemoryState,
+    };
+    let mut core = Core::new(topo(), None, None);
+    core.apply(Event::Spec(Some((spec("0,32", "none"), Some(1)))));
+    core.apply(Event::PodsSynced(vec![pod(
+        "a",
+        "ua",
+        "2024-01-01T00:00:00Z",
+        2,
+    )]));
+    core.reconcile();
+    let ours = CpuSet::parse(&core.checkpoint().expect("cp").entries["ua"]["app"]).expect("set");
+    let kubelet = |cpus: &CpuSet| KubeletCpuState {
+        policy_name: "static".into(),
+        default_cpu_set: topo().all_cpus().difference(cpus),
+        entries: BTreeMap::from([(
+            "ua".to_string(),
+            BTreeMap::from([("app".to_string(), cpus.clone())]),
+        )]),
+        checksum: 1,
+        format: CheckpointFormat::V2,
+        pod_entries: Default::default(),
+        checksum_check: ChecksumCheck::Verified,
+    };
+    core.apply(Event::Kubelet(Ok(Some(kubelet(&ours)))));
+    let memory = |policy: &str, pinned: bool, check: ChecksumCheck| {
+        let blocks = vec![
+            Block {
+                numa_affinity: Some(vec![1, 0]),
+                resource: "memory".into(),
+                size: 1 << 30,
+            },
+            Block {
+                numa_affinity: Some(vec![0]),
+                resource: "hugepages-2Mi".into(),
+                size: 4 << 20,
+            },
+        ];
+        let entries = pinned.then(|| {
+            BTreeMap::from([(
+                "ua".to_string(),
+                Some(BTreeMap::from([("app".to_string(), Some(blocks))])),
+            )])
+        });
+        Event::KubeletMemory(Ok(Some(MemoryCheckpoint {
+            state: MemoryState {
+                policy_name: policy.into(),
+                entries,
+                ..Default::default()
+            },
+            checksum: 1,
+            format: MemoryCheckpointFormat::V1,
+            checksum_check: check,
+        })))
+    };
+    let agreement = |core: &Core| {
+        let (c, d) = core.kubelet_agreement();
+        (c.status, c.reason, c.message, d)
+    };
+    assert_eq!(agreement(&core).1, "Agree");
+    core.apply(memory("Static", true, ChecksumCheck::Verified));
+    let line = "default/a/app memory (kubelet \"hugepages-2Mi 4194304@0 memory 1073741824@0,1\", nodetopo \"none\")";
+    let (status, why, msg, diffs) = agreement(&core);
+    assert_eq!((status, why.as_str()), (false, "KubeletMemoryDisagree"));
+    assert_eq!(
+        msg,
+        format!("the kubelet's CPU assignments equal nodetopo's, but the memory its Memory Manager pinned differs for 1 containers: {line}")
+    );
+    assert_eq!(diffs, [line]);
+    // The CPUs differing too: Disagree, naming both.
+    core.apply(Event::Kubelet(Ok(Some(kubelet(
+        &CpuSet::parse("10-11").expect("set"),
+    )))));
+    let (_, why, msg, diffs) = agreement(&core);
+    assert_eq!(why, "Disagree");
+    assert!(
+        msg.ends_with(&format!(
+            "; pinned memory differs too for 1 containers: {line}"
+        )),
+        "{msg}"
+    );
+    assert_eq!(diffs.len(), 2, "{diffs:?}");
+    core.apply(Event::Kubelet(Ok(Some(kubelet(&ours)))));
+    for (policy, pinned, check) in [
+        ("None", true, ChecksumCheck::Verified),
+        ("Static", false, ChecksumCheck::Verified),
+        (
+            "Static",
+            true,
+            ChecksumCheck::Mismatch {
+                field: "checksum",
+                recorded: 1,
+                computed: 2,
+            },
+        ),
+    ] {
+        core.apply(memory(policy, pinned, check));
+        assert_eq!(agreement(&core).1, "Agree", "{policy} {pinned}");
+    }
+}
+
 /// Found on the real node (e2e/tests/local_node.rs): the kubelet's PodResources `List` never
 /// lists an init container that ran to completion, so its CPUs (handed on to the app
 /// container) are not a disagreement; a sidecar (restartable init container) still counts.

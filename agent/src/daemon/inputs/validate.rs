@@ -281,5 +281,16 @@ pub fn read_kubelet_state(
     Ok(state)
 }
 
+/// The kubelet's Memory Manager checkpoint, `memory_manager_state` beside its CPU manager
+/// checkpoint (`cpu_state`, `--kubelet-state`), read with the one reader of
+/// `nodetopo-kubelet`: the value both shells feed the core as `Event::KubeletMemory`. A
+/// missing file is `Ok(None)`.
+pub fn read_memory_state(
+    cpu_state: &Path,
+) -> Result<Option<nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint>, String> {
+    nodetopo_kubelet::memory_checkpoint::read(&cpu_state.with_file_name("memory_manager_state"))
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests;

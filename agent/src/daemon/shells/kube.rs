@@ -532,7 +532,9 @@ async fn read_kubelet(
         &kubelet.state,
         topology,
     )));
-    core.apply(Event::KubeletMemory(read_memory_state(&kubelet.state)));
+    core.apply(Event::KubeletMemory(validate::read_memory_state(
+        &kubelet.state,
+    )));
     core.apply(Event::PodResources(
         crate::daemon::inputs::podresources::read_if_present(&kubelet.socket, PODRESOURCES_TIMEOUT)
             .await,
@@ -540,15 +542,6 @@ async fn read_kubelet(
     if let Some(paths) = &kubelet.config {
         core.apply(Event::KubeletConfig(kubelet_config::read(paths)));
     }
-}
-
-/// The kubelet's Memory Manager checkpoint, `memory_manager_state` beside its CPU manager
-/// checkpoint (`--kubelet-state`), read with the one reader of `nodetopo-kubelet`.
-fn read_memory_state(
-    cpu_state: &std::path::Path,
-) -> Result<Option<nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint>, String> {
-    nodetopo_kubelet::memory_checkpoint::read(&cpu_state.with_file_name("memory_manager_state"))
-        .map_err(|e| e.to_string())
 }
 
 /// Starts the NodeResourceTopology writer task for `node`; returns the channel that feeds

@@ -399,6 +399,9 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
         }
         let kubelet = validate::read_kubelet_state(&kubelet_state, &topology);
         core.apply(Event::Kubelet(kubelet));
+        core.apply(Event::KubeletMemory(validate::read_memory_state(
+            &kubelet_state,
+        )));
         let status = cycle.run(&mut core, &metrics, &now());
         // No API server for Events here: the explanations are logged (and in the status).
         for r in core.take_new_explanations() {
