@@ -348,8 +348,10 @@ pub fn audit(pods: &[AuditPod], observed: &Observed, expected: &Expected) -> Aud
     // CPUs handed out exclusively, and who holds each in reality.
     let mut exclusive_owner: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     let mut handed_out: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut handed_out_set = CpuSet::new();
     for (i, s) in seen.iter().enumerate() {
         if let Role::Exclusive(set, _) = &s.role {
+            handed_out_set = handed_out_set.union(set);
             for cpu in set.iter() {
                 handed_out.entry(cpu).or_insert(i);
             }
@@ -416,8 +418,10 @@ pub fn audit(pods: &[AuditPod], observed: &Observed, expected: &Expected) -> Aud
                 }
             }
             Role::Shared(pool, source) => {
+                // Set algebra first: the per-CPU names only when something is wrong.
                 let taken: Vec<String> = s
                     .actual
+                    .intersection(&handed_out_set)
                     .iter()
                     .filter_map(|cpu| handed_out.get(&cpu).map(|&j| (cpu, j)))
                     .map(|(cpu, j)| format!("{cpu} ({}/{})", seen[j].pod.pod, seen[j].name))
