@@ -34,6 +34,11 @@ pub const PROGRESSING: &str = "Progressing";
 /// not updated until the contradiction named in the message is gone.
 pub const NODE_RESOURCE_TOPOLOGY: &str = "NodeResourceTopology";
 
+/// NodeTopology (agent with `--cgroup-root`): every running container's real cpuset (its
+/// cgroup) matches what the kubelet assigned (reasons `Agree`, `Drift`, `CgroupUnreadable`;
+/// the mismatches in `status.audit`).
+pub const CGROUP_AGREEMENT: &str = "CgroupAgreement";
+
 /// Condition reasons (PascalCase), grouped by the condition they explain.
 pub mod reason {
     // NodeResourceTopology (NodeTopology, agent with --nrt); BuildFailed is also the reason
@@ -126,6 +131,13 @@ pub mod reason {
     /// KubeletAgreement False: the kubelet runs CPU manager policy `none` (it pins nothing),
     /// while nodetopo's spec predicts exclusive CPUs: the allocations shown are predictions.
     pub const KUBELET_POLICY_NONE: &str = "KubeletPolicyNone";
+
+    // CgroupAgreement (also reuses AGREE).
+    /// CgroupAgreement False: some containers' real cpusets differ from their assignment;
+    /// also the reason of the Warning event that names them.
+    pub const DRIFT: &str = "CpusetDrift";
+    /// CgroupAgreement False: some containers' cgroups could not be read.
+    pub const CGROUP_UNREADABLE: &str = "CgroupUnreadable";
 
     // Applied (NodeTopology, actuation).
     /// Applied True: the kubelet already runs the configuration.
