@@ -61,7 +61,7 @@ pub enum Runtime {
 }
 
 /// Why a cgroup could not be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum CgroupError {
     /// The container's cgroup directory does not exist.
     #[error("no cgroup at {0}")]

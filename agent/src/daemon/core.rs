@@ -37,6 +37,7 @@ use crate::daemon::inputs::spec::{node_config, SpecError};
 use crate::daemon::inputs::validate::{self, KubeletError};
 use crate::daemon::kubelet_state::KubeletCpuState;
 
+mod cgroups;
 mod kubelet;
 
 use kubelet::show_kubelet_assignments;
@@ -72,6 +73,10 @@ pub struct PodInfo {
     /// `status.phase` as the API shows it (empty when unset): the scheduler plugin's pod
     /// set (NodeResourceTopology fingerprint) counts every phase but `Pending`.
     pub phase: String,
+    /// Running containers (app and init): name -> `containerID` as the Pod status shows it
+    /// (`containerd://...`); where the cpuset audit finds their cgroups. Empty for pods read
+    /// from files (local mode has no container status).
+    pub running: BTreeMap<String, String>,
 }
 
 impl PodInfo {
@@ -79,7 +84,9 @@ impl PodInfo {
     /// reads are copied into the YAML shape first, so both shells share one conversion
     /// ([`PodInfo::from_manifest`]).
     pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, PodError> {
-        Self::from_manifest(&manifest_of(p))
+        let mut info = Self::from_manifest(&manifest_of(p))?;
+        info.running = cgroups::running_containers(p);
+        Ok(info)
     }
 
     /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
@@ -101,6 +108,7 @@ impl PodInfo {
             phase: phase.unwrap_or_default().to_string(),
             pod,
             created,
+            running: BTreeMap::new(),
         })
     }
 }
@@ -187,6 +195,9 @@ pub enum Event {
     Actuation(Box<Outcome>),
     /// NodeResourceTopology (`--nrt`): whether the last object could be built, or why not.
     NrtBuilt(Result<(), String>),
+    /// The cpuset audit (`--cgroup-root`): the real cpusets read for the pods of
+    /// [`Core::audit_pods`], judged against the state at this moment.
+    Cgroups(Box<nodetopo_kubelet::audit::Observed>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -230,6 +241,9 @@ pub struct Core {
     /// Whether the NodeResourceTopology object could be built (`--nrt` only; published as
     /// the `NodeResourceTopology` condition).
     nrt_built: Option<Result<(), String>>,
+    /// The last cpuset audit (`--cgroup-root` only; published as `status.audit` and the
+    /// `CgroupAgreement` condition).
+    audit: Option<nodetopo_kubelet::audit::AuditReport>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -288,6 +302,7 @@ impl Core {
             pod_problems: Vec::new(),
             actuation: None,
             nrt_built: None,
+            audit: None,
             tally: Tally::default(),
         }
     }
@@ -337,6 +352,7 @@ impl Core {
             Event::PodResources(p) => self.podresources = p,
             Event::PodProblems(p) => self.pod_problems = p,
             Event::NrtBuilt(b) => self.nrt_built = Some(b),
+            Event::Cgroups(observed) => self.audit = Some(self.judge_cgroups(&observed)),
             Event::Actuation(a) => {
                 let mut a = *a;
                 // A restart's True verdict names the agreement its verify step confirmed on
@@ -574,6 +590,9 @@ impl Core {
             };
             conditions::upsert(&mut conds, &c, self.generation, now);
         }
+        if let Some(c) = self.cgroup_agreement_condition() {
+            conditions::upsert(&mut conds, &c, self.generation, now);
+        }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let summary = self.summary(&allocations, rejections.len(), pools.as_ref());
@@ -595,6 +614,7 @@ impl Core {
             }),
             summary: Some(summary),
             change: self.actuation.as_ref().and_then(|a| a.change.clone()),
+            audit: self.audit_status(),
         }
     }
 

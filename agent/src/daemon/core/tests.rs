@@ -48,6 +48,7 @@ fn pod(name: &str, uid: &str, created: &str, cpus: u64) -> PodInfo {
         created: Some(Time(created.parse().expect("timestamp"))),
         terminal: false,
         phase: "Running".into(),
+        running: Default::default(),
     }
 }
 

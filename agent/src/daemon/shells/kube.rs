@@ -24,6 +24,7 @@ use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
 use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::validate;
+use crate::daemon::publish::drift_events::DriftEvents;
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::publish::nrt::NrtProblem;
 use crate::daemon::shells::cycle::{now, Cycle};
@@ -253,12 +254,15 @@ pub struct Config {
     pub pod_resources_socket: PathBuf,
     /// Actuation's settings.
     pub actuation: ActuationArgs,
+    /// Where the cpuset audit reads the containers' cgroups (`None`: no audit).
+    pub cgroups: Option<nodetopo_kubelet::cgroup::CgroupLayout>,
 }
 
 /// Where the shell reads the kubelet: its CPU manager checkpoint and PodResources socket.
 struct KubeletSources {
     state: PathBuf,
     socket: PathBuf,
+    cgroups: Option<nodetopo_kubelet::cgroup::CgroupLayout>,
 }
 
 /// Cluster mode until SIGTERM.
@@ -274,6 +278,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         nrt,
         pod_resources_socket,
         actuation,
+        cgroups,
     } = config;
     let client = Client::try_default()
         .await
@@ -336,7 +341,9 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
     let kubelet = KubeletSources {
         state: kubelet_state,
         socket: pod_resources_socket,
+        cgroups,
     };
+    let mut drift_events = DriftEvents::new(crate::daemon::publish::drift_events::MIN_INTERVAL);
     let mut last_read: Option<std::time::Instant> = None;
     loop {
         let (stop, kubelet_read) = next_inputs(
@@ -394,6 +401,13 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
                 *old = Some(seen);
                 changed
             });
+        }
+        if let Some(note) = core
+            .audit_report()
+            .and_then(|r| drift_events.due(r, std::time::Instant::now()))
+        {
+            tracing::warn!("{note}");
+            report_warning(&client, reason::DRIFT, "AuditCpusets", &note);
         }
         metrics.observe(&core, started.elapsed());
         if stop {
@@ -474,6 +488,13 @@ async fn read_kubelet(
         crate::daemon::inputs::podresources::read_if_present(&kubelet.socket, PODRESOURCES_TIMEOUT)
             .await,
     ));
+    // The cgroups after the kubelet's view, so the audit judges them against what was just
+    // read. Bounded reads of an in-memory file system: done inline.
+    if let Some(layout) = &kubelet.cgroups {
+        let (pods, _) = core.audit_pods();
+        let observed = nodetopo_kubelet::audit::observe(layout, &pods);
+        core.apply(Event::Cgroups(Box::new(observed)));
+    }
 }
 
 /// Starts the NodeResourceTopology writer task for `node`; returns the channel that feeds

@@ -255,6 +255,7 @@ fn guaranteed(name: &str, uid: &str, containers: &[(&str, u64)]) -> crate::daemo
         created: None,
         terminal: false,
         phase: "Running".into(),
+        running: Default::default(),
     }
 }
 

@@ -55,6 +55,7 @@ fn pod(name: &str, uid: &str, cpus: u64) -> PodInfo {
         created: Some(Time("2024-01-01T00:00:00Z".parse().expect("ts"))),
         terminal: false,
         phase: "Running".into(),
+        running: Default::default(),
     }
 }
 
