@@ -86,6 +86,19 @@ pub struct Args {
     /// actuation last verified, else the spec, marked unverified).
     #[arg(long, env = "NODETOPO_READ_KUBELET_CONFIG")]
     pub read_kubelet_config: bool,
+    /// Cluster mode: the cgroup mount to audit every running container's cpuset from
+    /// (e.g. `/host/sys/fs/cgroup`; empty: no audit). See docs/audit.md.
+    #[arg(long, env = "NODETOPO_CGROUP_ROOT", default_value = "")]
+    pub cgroup_root: PathBuf,
+    /// With --cgroup-root: the cgroup version of the cpusets (`auto` detects it).
+    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Version::Auto)]
+    pub cgroup_version: nodetopo_cli::audit::Version,
+    /// With --cgroup-root: the kubelet's `cgroupDriver`.
+    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Driver::Cgroupfs)]
+    pub cgroup_driver: nodetopo_cli::audit::Driver,
+    /// With --cgroup-root: the kubelet's `cgroupRoot`.
+    #[arg(long, default_value = "/")]
+    pub kubelet_cgroup_root: String,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
     pub actuation: actuation::ActuationArgs,
@@ -168,5 +181,35 @@ fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
             }
         }),
         actuation: args.actuation.clone(),
+        cgroups: cgroup_layout(args)?,
     })
+}
+
+/// The cgroup layout to audit (`None` without `--cgroup-root`); a root whose version cannot
+/// be told is an error at start-up, not a silent lack of audit.
+fn cgroup_layout(args: &Args) -> anyhow::Result<Option<nodetopo_kubelet::cgroup::CgroupLayout>> {
+    use nodetopo_cli::audit::{Driver, Version};
+    use nodetopo_kubelet::cgroup::{self, CgroupDriver, CgroupLayout, CgroupVersion};
+    if args.cgroup_root.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let version = match args.cgroup_version {
+        Version::V1 => CgroupVersion::V1,
+        Version::V2 => CgroupVersion::V2,
+        Version::Auto => cgroup::detect_version(&args.cgroup_root).with_context(|| {
+            format!(
+                "--cgroup-root {}: neither cgroup.controllers (v2) nor a cpuset directory (v1) there; name it with --cgroup-version",
+                args.cgroup_root.display()
+            )
+        })?,
+    };
+    Ok(Some(CgroupLayout {
+        root: args.cgroup_root.clone(),
+        version,
+        driver: match args.cgroup_driver {
+            Driver::Cgroupfs => CgroupDriver::Cgroupfs,
+            Driver::Systemd => CgroupDriver::Systemd,
+        },
+        kubelet_root: args.kubelet_cgroup_root.clone(),
+    }))
 }
