@@ -164,6 +164,11 @@ agent:
 EOF
 render actuation-command-tricky -f "$WORK/tricky-hooks.yaml"
 render actuation-evict-ns --set agent.actuation.enabled=true --set "agent.actuation.evictionNamespaces={team-a,team-b}"
+# The cpuset audit: v2 (the default version: the unified hierarchy) and systemd; v1 (the
+# cpuset hierarchy alone) is in all-features.
+render cpuset-audit-v2 --set agent.cpusetAudit.enabled=true
+render cpuset-audit-v1-nonroot --set agent.cpusetAudit.enabled=true --set agent.cpusetAudit.version=v1 \
+  --set agent.cpusetAudit.driver=cgroupfs --set agent.readPodResources=false
 render selinux --set agent.seLinuxOptions.type=spc_t --set operator.seLinuxOptions.type=container_t \
   --set-string "operator.seLinuxOptions.level=s0:c1\,c2"
 
@@ -189,7 +194,7 @@ fi
 # The oldest supported (Chart.yaml kubeVersion) and a current release. Custom resources
 # (ServiceMonitor) have no schema there and are only warned about.
 for k8s in 1.30.0 1.35.0; do
-  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources nrt-kubelet-config nrt-kubelet-config-no-proc actuation-nrt actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network; do
+  for name in defaults-vap all-features no-kubelet-state podresources-only nrt-no-podresources nrt-kubelet-config nrt-kubelet-config-no-proc actuation-nrt actuation actuation-private actuation-none actuation-no-proc actuation-command actuation-command-tricky actuation-evict-ns selinux host-network cpuset-audit-v2 cpuset-audit-v1-nonroot; do
     [[ -s $WORK/$name.yaml ]] || continue
     if out=$(python3 -m kubernetes_validate --strict --quiet --no-warn -k "$k8s" "$WORK/$name.yaml" 2>&1); then
       pass "[$name] every manifest valid against the Kubernetes $k8s API schema (strict)"
@@ -255,6 +260,14 @@ bad_case selinux-key "at '/agent/seLinuxOptions': additional properties 'typ' no
   'agent: {seLinuxOptions: {typ: spc_t}}'
 bad_case hide-kubelet-path "at '/agent/actuation/hideKubeletPaths/0'" \
   'agent: {actuation: {hideKubeletPaths: [../etc]}}'
+bad_case cgroup-version "at '/agent/cpusetAudit/version': value must be one of 'v1', 'v2'" \
+  'agent: {cpusetAudit: {enabled: true, version: auto}}'
+bad_case cgroup-driver "at '/agent/cpusetAudit/driver': value must be one of 'systemd', 'cgroupfs'" \
+  'agent: {cpusetAudit: {enabled: true, driver: systemD}}'
+bad_case cgroup-path "at '/agent/cpusetAudit/cgroupPath'" \
+  'agent: {cpusetAudit: {enabled: true, cgroupPath: sys/fs/cgroup}}'
+bad_case cgroup-key "at '/agent/cpusetAudit': additional properties 'cgroupRoot' not allowed" \
+  'agent: {cpusetAudit: {cgroupRoot: /}}'
 bad_case eviction-namespace "at '/agent/actuation/evictionNamespaces/0'" \
   'agent: {actuation: {evictionNamespaces: [Team_A]}}'
 
@@ -498,9 +511,36 @@ for w in workloads:
         sys_vol = [v for v in pod.get("volumes", []) if v["name"] == "sys"]
         check(sys_vol and sys_vol[0]["hostPath"]["path"] == "/sys/devices/system",
               f"{name}: only /sys/devices/system mounted (what discovery reads), not all of /sys")
+        # The cpuset audit (--cgroup-root): the cpuset hierarchy (v1) or the unified one (v2)
+        # alone, read-only and recursively so, under /host/cgroup; nothing of it otherwise.
+        audit_args = [a for c in pod.get("containers", []) for a in c.get("args", [])
+                      if a.startswith(("--cgroup-", "--kubelet-cgroup-root"))]
+        cg_vols = [v for v in pod.get("volumes", []) if v["name"] == "cgroup"]
+        cg_mounts = [(c["name"], m) for c in pod.get("containers", []) + pod.get("initContainers", [])
+                     for m in c.get("volumeMounts", []) if m["name"] == "cgroup"]
+        if "--cgroup-root=/host/cgroup" in audit_args:
+            version = next((a.split("=", 1)[1] for a in audit_args if a.startswith("--cgroup-version=")), None)
+            want_host = {"v1": "/sys/fs/cgroup/cpuset", "v2": "/sys/fs/cgroup"}.get(version)
+            want_in = {"v1": "/host/cgroup/cpuset", "v2": "/host/cgroup"}.get(version)
+            check(len(cg_vols) == 1 and cg_vols[0].get("hostPath", {}).get("path") == want_host
+                  and cg_vols[0]["hostPath"].get("type") == "Directory",
+                  f"{name}: cpuset audit {version}: hostPath {want_host} (type Directory) alone mounted ({[v.get('hostPath') for v in cg_vols]})")
+            check(len(cg_mounts) == 1 and cg_mounts[0][0] == "agent"
+                  and cg_mounts[0][1]["mountPath"] == want_in
+                  and cg_mounts[0][1].get("readOnly") is True
+                  and cg_mounts[0][1].get("recursiveReadOnly") == "IfPossible"
+                  and cg_mounts[0][1].get("mountPropagation") in (None, "None"),
+                  f"{name}: the cgroup tree mounted into the agent container alone, at {want_in}, read-only, recursiveReadOnly IfPossible, propagation None ({cg_mounts})")
+            check(any(a.startswith("--cgroup-driver=") for a in audit_args)
+                  and any(a.startswith("--kubelet-cgroup-root=/") for a in audit_args),
+                  f"{name}: --cgroup-driver and --kubelet-cgroup-root passed with --cgroup-root ({audit_args})")
+        else:
+            check(not cg_vols and not cg_mounts and not audit_args,
+                  f"{name}: no cgroup tree mounted and no --cgroup-* flag without the cpuset audit ({audit_args})")
         check(not any(v.get("hostPath", {}).get("path", "").rstrip("/") in ("/sys", "/sys/fs", "/sys/fs/cgroup")
+                      and v["name"] != "cgroup"
                       for v in pod.get("volumes", [])),
-              f"{name}: /sys itself never mounted (its submounts would stay writable under a read-only bind)")
+              f"{name}: /sys itself never mounted (its submounts would stay writable under a read-only bind); /sys/fs/cgroup only as the audit's v2 hierarchy")
         sys_mounts = [m for c in pod.get("containers", []) for m in c.get("volumeMounts", []) if m["name"] == "sys"]
         check(sys_mounts and all(m.get("readOnly") is True and m["mountPath"] == "/host/sys/devices/system"
                                  for m in sys_mounts),
@@ -830,7 +870,7 @@ sys.exit(1 if failed else 0)
 PY
 }
 
-for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "nrt-kubelet-config yes no" "nrt-kubelet-config-no-proc yes no" "actuation-nrt yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no"; do
+for spec in "defaults yes no" "defaults-vap yes no" "all-features yes yes" "vap-disabled no no" "no-kubelet-state yes no" "podresources-only yes no" "nrt-no-podresources yes no" "nrt-kubelet-config yes no" "nrt-kubelet-config-no-proc yes no" "actuation-nrt yes no" "actuation yes no" "actuation-private yes no" "actuation-none yes no" "actuation-no-proc yes no" "actuation-command yes no" "actuation-command-tricky yes no" "actuation-evict-ns yes no" "selinux yes no" "host-network yes no" "cpuset-audit-v2 yes no" "cpuset-audit-v1-nonroot yes no"; do
   read -r name vap sm <<<"$spec"
   if [[ ! -s $WORK/$name.yaml ]]; then
     fail "[$name] nothing rendered to check"

@@ -92,6 +92,19 @@ pub struct Args {
     /// configuration actuation last verified, else the spec, marked unverified).
     #[arg(long, env = "NODETOPO_READ_KUBELET_CONFIG")]
     pub read_kubelet_config: bool,
+    /// Cluster mode: the cgroup mount to audit every running container's cpuset from
+    /// (e.g. `/host/sys/fs/cgroup`; absent: no audit). See docs/audit.md.
+    #[arg(long, env = "NODETOPO_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+    /// With --cgroup-root: the cgroup version of the cpusets (`auto` detects it).
+    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Version::Auto)]
+    pub cgroup_version: nodetopo_cli::audit::Version,
+    /// With --cgroup-root: the kubelet's `cgroupDriver`.
+    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Driver::Cgroupfs)]
+    pub cgroup_driver: nodetopo_cli::audit::Driver,
+    /// With --cgroup-root: the kubelet's `cgroupRoot`.
+    #[arg(long, default_value = "/")]
+    pub kubelet_cgroup_root: String,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
     pub actuation: actuation::ActuationArgs,
@@ -188,5 +201,118 @@ fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
         pod_resources_socket: args.pod_resources_socket.clone(),
         kubelet_config: args.read_kubelet_config.then(|| kubelet_config_paths(args)),
         actuation: args.actuation.clone(),
+        cgroups: cgroup_layout(args)?,
     })
+}
+
+/// The cgroup layout to audit (`None` without `--cgroup-root`); a root whose version cannot
+/// be told is an error at start-up, not a silent lack of audit.
+fn cgroup_layout(args: &Args) -> anyhow::Result<Option<nodetopo_kubelet::cgroup::CgroupLayout>> {
+    use nodetopo_cli::audit::{Driver, Version};
+    use nodetopo_kubelet::cgroup::{self, CgroupDriver, CgroupLayout, CgroupVersion};
+    let Some(root) = &args.cgroup_root else {
+        return Ok(None);
+    };
+    let found = cgroup::detect_version(root);
+    let version = match (args.cgroup_version, found) {
+        (Version::Auto, Some(v)) => v,
+        (Version::Auto, None) => anyhow::bail!(
+            "--cgroup-root {}: neither cgroup.controllers (v2) nor a cpuset directory (v1) there; name it with --cgroup-version",
+            root.display()
+        ),
+        (Version::V1, Some(CgroupVersion::V1)) => CgroupVersion::V1,
+        (Version::V2, Some(CgroupVersion::V2)) => CgroupVersion::V2,
+        (named, _) => anyhow::bail!(
+            "--cgroup-root {} with --cgroup-version {}: {} there",
+            root.display(),
+            match named {
+                Version::V1 => "v1",
+                _ => "v2",
+            },
+            match found {
+                Some(CgroupVersion::V1) => "a v1 cpuset hierarchy (cpuset/), not a v2 one",
+                Some(CgroupVersion::V2) => "a v2 hierarchy (cgroup.controllers), not a v1 cpuset one",
+                None => "neither cgroup.controllers (v2) nor a cpuset directory (v1)",
+            }
+        ),
+    };
+    Ok(Some(CgroupLayout {
+        root: root.clone(),
+        version,
+        driver: match args.cgroup_driver {
+            Driver::Cgroupfs => CgroupDriver::Cgroupfs,
+            Driver::Systemd => CgroupDriver::Systemd,
+        },
+        kubelet_root: args.kubelet_cgroup_root.clone(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["agent", "--local"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).expect("arguments parse").args
+    }
+
+    /// Without `--cgroup-root` the agent starts and does not audit (the flag once had an
+    /// empty default clap refused, so no agent started without it).
+    #[test]
+    fn no_cgroup_root_means_no_audit() {
+        let a = args(&[]);
+        assert_eq!(a.cgroup_root, None);
+        assert_eq!(cgroup_layout(&a).expect("no error"), None);
+    }
+
+    /// A named version must be what the mount holds; `auto` detects it; an empty directory
+    /// is an error naming the flag.
+    #[test]
+    fn cgroup_version_is_checked_against_the_mount() {
+        let v1 = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(v1.path().join("cpuset")).expect("mkdir");
+        let v2 = tempfile::tempdir().expect("tempdir");
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpuset cpu\n").expect("write");
+        let empty = tempfile::tempdir().expect("tempdir");
+        let layout = |root: &std::path::Path, version: &str| {
+            let root = root.to_str().expect("utf-8");
+            cgroup_layout(&args(&["--cgroup-root", root, "--cgroup-version", version]))
+        };
+        use nodetopo_kubelet::cgroup::CgroupVersion;
+        let version = |r: anyhow::Result<Option<nodetopo_kubelet::cgroup::CgroupLayout>>| {
+            r.expect("layout").expect("audit on").version
+        };
+        assert_eq!(version(layout(v1.path(), "auto")), CgroupVersion::V1);
+        assert_eq!(version(layout(v1.path(), "v1")), CgroupVersion::V1);
+        assert_eq!(version(layout(v2.path(), "auto")), CgroupVersion::V2);
+        assert_eq!(version(layout(v2.path(), "v2")), CgroupVersion::V2);
+        let e = layout(v1.path(), "v2")
+            .expect_err("v2 named on a v1 mount")
+            .to_string();
+        assert!(
+            e.contains("--cgroup-version v2") && e.contains("not a v2 one"),
+            "{e}"
+        );
+        let e = layout(v2.path(), "v1")
+            .expect_err("v1 named on a v2 mount")
+            .to_string();
+        assert!(
+            e.contains("--cgroup-version v1") && e.contains("not a v1 cpuset one"),
+            "{e}"
+        );
+        for v in ["auto", "v1"] {
+            let e = layout(empty.path(), v)
+                .expect_err("empty mount")
+                .to_string();
+            assert!(e.contains("--cgroup-root") && e.contains("neither"), "{e}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub mod audit;
 pub mod conformance;
 pub mod diff;
 pub mod discover;
@@ -29,6 +30,9 @@ pub enum Command {
     Conformance(conformance::Args),
     /// Show what changing the kubelet to a policy's CPU/topology-manager settings takes.
     Diff(Box<diff::Args>),
+    /// Compare every container's real cpuset with the kubelet's assignments (offline, on a
+    /// recorded node or this one), each mismatch with its reason.
+    Audit(Box<audit::Args>),
 }
 
 impl Command {
@@ -39,6 +43,7 @@ impl Command {
             Command::Plan(a) => plan::run(*a),
             Command::Conformance(a) => conformance::run(a),
             Command::Diff(a) => diff::run(*a),
+            Command::Audit(a) => audit::run(*a),
         }
     }
 }
@@ -59,7 +64,8 @@ pub const EXAMPLES: &str = "Examples:
   nodetopo plan --preset kep-4800-example --reserved 0-1 --containers 4,4,4
   nodetopo plan --pods examples/pods/web.yaml --preset epyc-9654-2p-nps4
   nodetopo discover --sysfs-root ../shared/sysfs/amd-ryzen5-1600/sys
-  nodetopo conformance engine/tests/vectors";
+  nodetopo conformance engine/tests/vectors
+  nodetopo audit --cgroup-root rec/cgroup --sysfs-root rec/sys --pods rec/pods.yaml --state rec/cpu_manager_state";
 
 /// Examples shown by `plan --help`.
 pub const PLAN_EXAMPLES: &str = "Examples:

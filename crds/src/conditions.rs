@@ -40,6 +40,11 @@ pub const NODE_RESOURCE_TOPOLOGY: &str = "NodeResourceTopology";
 /// spec is known, published as `SpecUnverified`).
 pub const TOPOLOGY_MANAGER_AGREEMENT: &str = "TopologyManagerAgreement";
 
+/// NodeTopology (agent with `--cgroup-root`): every running container's real cpuset (its
+/// cgroup) matches what the kubelet assigned (reasons `Agree`, `Drift`, `CgroupUnreadable`;
+/// the mismatches in `status.audit`).
+pub const CGROUP_AGREEMENT: &str = "CgroupAgreement";
+
 /// Condition reasons (PascalCase), grouped by the condition they explain.
 pub mod reason {
     // NodeResourceTopology (NodeTopology, agent with --nrt); BuildFailed is also the reason
@@ -144,6 +149,13 @@ pub mod reason {
     /// Memory Manager pinned for containers (its `memory_manager_state`) differs from
     /// nodetopo's admissions (whose Memory Manager runs policy `None` unless modelled).
     pub const KUBELET_MEMORY_DISAGREE: &str = "KubeletMemoryDisagree";
+
+    // CgroupAgreement (also reuses AGREE).
+    /// CgroupAgreement False: some containers' real cpusets differ from their assignment;
+    /// also the reason of the Warning event that names them.
+    pub const DRIFT: &str = "CpusetDrift";
+    /// CgroupAgreement False: some containers' cgroups could not be read.
+    pub const CGROUP_UNREADABLE: &str = "CgroupUnreadable";
 
     // Applied (NodeTopology, actuation).
     /// Applied True: the kubelet already runs the configuration.

@@ -28,9 +28,9 @@ pub use config::{
     TopologyManagerScope,
 };
 pub use nodetopology::{
-    ChangeStatus, ChangeStepStatus, KubeletAssignment, KubeletObserved, KubeletSource,
-    NodeTopology, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, NrtReport, PolicyRef,
-    PoolsReport,
+    AuditStatus, ChangeStatus, ChangeStepStatus, DriftStatus, KubeletAssignment, KubeletObserved,
+    KubeletSource, NodeTopology, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary,
+    NrtReport, PolicyRef, PoolsReport,
 };
 pub use policy::{
     NodeProblem, NodeResourcePolicy, NodeResourcePolicySpec, NodeResourcePolicyStatus,

@@ -245,6 +245,10 @@ pub struct NodeTopologyStatus {
     /// agree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_resource_topology: Option<NrtReport>,
+    /// The cpuset audit: every running container's real cpuset (its cgroup) against the
+    /// kubelet's assignment (agent with `--cgroup-root`; see docs/audit.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditStatus>,
 }
 
 /// The topology manager configuration the node's NodeResourceTopology publishes.
@@ -265,6 +269,59 @@ pub struct NrtReport {
     /// applied and verified) or `SpecUnverified` (the spec; nothing confirms the kubelet
     /// runs it).
     pub topology_manager_source: String,
+}
+
+/// One container whose real cpuset is wrong, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftStatus {
+    /// `namespace/name` (the UID where the pod is not on the node).
+    pub pod: String,
+    /// The pod's UID.
+    #[serde(rename = "podUID")]
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// What it should run on (list syntax), where known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub expected: String,
+    /// What its cgroup says it runs on (list syntax), where read.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub actual: String,
+    /// `StaleCheckpointEntry`, `ContainerNotFound`, `CpuInTwoExclusiveSets`,
+    /// `SharedOnExclusiveCpu`, `ReservedCpuUsedByPod` or `ChangedOutsideKubelet`.
+    pub reason: String,
+    /// The particulars.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The last cpuset audit (`status.audit`), bounded: counts of everything, the first
+/// mismatches listed, `truncated` when more were found.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditStatus {
+    /// Running containers whose cgroup was read.
+    #[schemars(transform = rules::int32_schema)]
+    pub checked_containers: i32,
+    /// Containers with at least one mismatch.
+    #[schemars(transform = rules::int32_schema)]
+    pub drift_containers: i32,
+    /// Containers whose cgroup could not be read.
+    #[schemars(transform = rules::int32_schema)]
+    pub unreadable_containers: i32,
+    /// Containers per mismatch reason (every reason listed).
+    #[serde(default)]
+    pub reasons: std::collections::BTreeMap<String, i32>,
+    /// The first mismatches, by pod UID, container, reason.
+    #[serde(default)]
+    pub drift: Vec<DriftStatus>,
+    /// The first unreadable cgroups (`namespace/name/container: error`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+    /// More mismatches or unreadable cgroups were found than are listed.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// One step of a change plan.

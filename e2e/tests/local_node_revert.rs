@@ -796,6 +796,7 @@ fn revert_and_kills_on_local_node() -> Result<()> {
             reserved_cpus: "0".into(),
             kubelet_config: String::new(),
             images: vec![image],
+            kubelet_flags: Vec::new(),
         },
     ))?;
     let sup = Supervisor {

@@ -1,10 +1,13 @@
 //! The kubelet's files and flags as the kubelet reads them: its configuration file and
 //! drop-in directory ([`config`], YAML as in [`yaml`]) and its command line ([`cmdline`]); pod manifests as the kubelet reads their fields
 //! ([`pods`]); its CPU manager and Memory Manager checkpoints ([`cpu_checkpoint`],
-//! [`memory_checkpoint`]).
+//! [`memory_checkpoint`]); containers' cgroups and their real cpusets ([`cgroup`]) and the cpuset audit
+//! against the kubelet's assignments ([`audit`]).
 //! No cluster, no kube client, no async runtime.
 
 pub mod atomic;
+pub mod audit;
+pub mod cgroup;
 pub mod cmdline;
 pub mod config;
 pub mod cpu_checkpoint;

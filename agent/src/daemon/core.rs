@@ -38,6 +38,7 @@ use crate::daemon::inputs::validate::{self, KubeletError};
 use nodetopo_kubelet::cpu_checkpoint::CpuCheckpoint;
 use nodetopo_kubelet::memory_checkpoint::MemoryCheckpoint;
 
+mod cgroups;
 mod kubelet;
 mod topology_manager;
 
@@ -78,6 +79,10 @@ pub struct PodInfo {
     /// (phase `Failed`, `status.reason` one of `replay::MANAGER_REASONS`): the reason and
     /// the message.
     pub kubelet_refusal: Option<(String, String)>,
+    /// Running containers (app and init): name -> `containerID` as the Pod status shows it
+    /// (`containerd://...`); where the cpuset audit finds their cgroups. Empty for pods read
+    /// from files (local mode has no container status).
+    pub running: BTreeMap<String, String>,
 }
 
 impl PodInfo {
@@ -85,7 +90,9 @@ impl PodInfo {
     /// reads are copied into the YAML shape first, so both shells share one conversion
     /// ([`PodInfo::from_manifest`]).
     pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, PodError> {
-        Self::from_manifest(&manifest_of(p))
+        let mut info = Self::from_manifest(&manifest_of(p))?;
+        info.running = cgroups::running_containers(p);
+        Ok(info)
     }
 
     /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
@@ -119,6 +126,7 @@ impl PodInfo {
             phase: phase.unwrap_or_default().to_string(),
             pod,
             created,
+            running: BTreeMap::new(),
         })
     }
 }
@@ -213,6 +221,9 @@ pub enum Event {
     /// The running kubelet's topology manager configuration from its files and command line
     /// (`--read-kubelet-config`): read, or why not.
     KubeletConfig(Result<nodetopo_crds::nrt::KubeletTm, String>),
+    /// The cpuset audit (`--cgroup-root`): the real cpusets read for the pods of
+    /// [`Core::audit_pods`], judged against the state at this moment.
+    Cgroups(Box<nodetopo_kubelet::audit::Observed>),
 }
 
 /// Counters the shell turns into metrics; incremented by the core as it decides.
@@ -269,6 +280,9 @@ pub struct Core {
     kubelet_config: Option<Result<nodetopo_crds::nrt::KubeletTm, String>>,
     /// The topology manager configuration of the last apply actuation verified.
     verified_tm: Option<nodetopo_crds::nrt::TopologyManagerView>,
+    /// The last cpuset audit (`--cgroup-root` only; published as `status.audit` and the
+    /// `CgroupAgreement` condition).
+    audit: Option<nodetopo_kubelet::audit::AuditReport>,
     /// Decision counters since start.
     pub tally: Tally,
 }
@@ -336,6 +350,7 @@ impl Core {
             nrt_built: None,
             kubelet_config: None,
             verified_tm: None,
+            audit: None,
             tally: Tally::default(),
         }
     }
@@ -387,6 +402,7 @@ impl Core {
             Event::PodProblems(p) => self.pod_problems = p,
             Event::NrtBuilt(b) => self.nrt_built = Some(b),
             Event::KubeletConfig(c) => self.kubelet_config = Some(c),
+            Event::Cgroups(observed) => self.audit = Some(self.judge_cgroups(&observed)),
             Event::Actuation(a) => {
                 let mut a = *a;
                 // A restart's True verdict names the agreement its verify step confirmed on
@@ -679,6 +695,9 @@ impl Core {
         if let Some((_, c)) = &tm {
             conditions::upsert(&mut conds, c, self.generation, now);
         }
+        if let Some(c) = self.cgroup_agreement_condition() {
+            conditions::upsert(&mut conds, &c, self.generation, now);
+        }
         let (allocations, rejections) = self.published_records(kubelet.as_ref().ok());
         let pools = self.pools();
         let own_rejections = rejections.iter().filter(|r| !r.by_kubelet).count();
@@ -706,6 +725,7 @@ impl Core {
             summary: Some(summary),
             change: self.actuation.as_ref().and_then(|a| a.change.clone()),
             node_resource_topology: tm.map(|(report, _)| report),
+            audit: self.audit_status(),
         }
     }
 

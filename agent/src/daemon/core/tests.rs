@@ -49,6 +49,7 @@ fn pod(name: &str, uid: &str, created: &str, cpus: u64) -> PodInfo {
         terminal: false,
         phase: "Running".into(),
         kubelet_refusal: None,
+        running: Default::default(),
     }
 }
 

@@ -40,6 +40,13 @@ pub struct ExplainLabels {
     pub agreement: &'static str,
 }
 
+/// Labels of the drift gauge: one of the audit's fixed reasons.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    /// `StaleCheckpointEntry`, `ContainerNotFound`, ... (see docs/audit.md).
+    pub reason: &'static str,
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -54,6 +61,8 @@ pub struct Metrics {
     admission_duration: Histogram,
     kubelet_disagreements: Gauge,
     explanations: Family<ExplainLabels, Counter>,
+    drift: Family<DriftLabels, Gauge>,
+    cgroups_unreadable: Gauge,
     cycle_duration: Histogram,
     last: Mutex<Tally>,
     ready: Readiness,
@@ -81,6 +90,8 @@ impl Metrics {
             admission_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             kubelet_disagreements: Gauge::default(),
             explanations: Family::default(),
+            drift: Family::default(),
+            cgroups_unreadable: Gauge::default(),
             cycle_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             last: Mutex::new(Tally::default()),
             ready: Readiness::new(),
@@ -140,6 +151,16 @@ impl Metrics {
             "admission_explanations",
             "Kubelet admission failures nodetopo replayed and explained, by the kubelet's reason and whether the replay agrees",
             m.explanations.clone(),
+        );
+        registry.register(
+            "cpuset_drift_containers",
+            "Running containers whose real cpuset (cgroup) differs from their assignment, by reason (agent with --cgroup-root)",
+            m.drift.clone(),
+        );
+        registry.register(
+            "cpuset_unreadable_containers",
+            "Running containers whose cgroup cpuset could not be read (agent with --cgroup-root)",
+            m.cgroups_unreadable.clone(),
         );
         registry.register(
             "event_cycle_duration_seconds",
@@ -220,6 +241,16 @@ impl Metrics {
         }
         self.kubelet_disagreements
             .set(core.kubelet_differences().len() as i64);
+        if let Some(report) = core.audit_report() {
+            for (reason, n) in report.containers_by_reason() {
+                self.drift
+                    .get_or_create(&DriftLabels {
+                        reason: reason.as_str(),
+                    })
+                    .set(n as i64);
+            }
+            self.cgroups_unreadable.set(report.unreadable.len() as i64);
+        }
         self.ready.set(core.ready());
     }
 

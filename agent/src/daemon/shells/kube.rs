@@ -26,6 +26,7 @@ use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::kubelet_config;
 pub use crate::daemon::inputs::kubelet_config::KubeletConfigPaths;
 use crate::daemon::inputs::validate;
+use crate::daemon::publish::drift_events::DriftEvents;
 use crate::daemon::publish::explain_events::{self, EventLimiter, Verdict};
 use crate::daemon::publish::metrics::{self, Metrics};
 use crate::daemon::publish::nrt::NrtProblem;
@@ -307,6 +308,8 @@ pub struct Config {
     pub kubelet_config: Option<KubeletConfigPaths>,
     /// Actuation's settings.
     pub actuation: ActuationArgs,
+    /// Where the cpuset audit reads the containers' cgroups (`None`: no audit).
+    pub cgroups: Option<nodetopo_kubelet::cgroup::CgroupLayout>,
 }
 
 /// Where the shell reads the kubelet: its CPU manager checkpoint, PodResources socket and
@@ -315,6 +318,7 @@ struct KubeletSources {
     state: PathBuf,
     socket: PathBuf,
     config: Option<KubeletConfigPaths>,
+    cgroups: Option<nodetopo_kubelet::cgroup::CgroupLayout>,
 }
 
 /// Cluster mode until SIGTERM.
@@ -331,6 +335,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         pod_resources_socket,
         kubelet_config,
         actuation,
+        cgroups,
     } = config;
     let client = Client::try_default()
         .await
@@ -394,7 +399,9 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         state: kubelet_state,
         socket: pod_resources_socket,
         config: kubelet_config,
+        cgroups,
     };
+    let mut drift_events = DriftEvents::new(crate::daemon::publish::drift_events::MIN_INTERVAL);
     let mut last_read: Option<std::time::Instant> = None;
     let mut explain_limiter = EventLimiter::default();
     loop {
@@ -456,6 +463,13 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
                 *old = Some(seen);
                 changed
             });
+        }
+        if let Some(note) = core
+            .audit_report()
+            .and_then(|r| drift_events.due(r, std::time::Instant::now()))
+        {
+            tracing::warn!("{note}");
+            report_warning(&client, reason::DRIFT, "AuditCpusets", &note);
         }
         metrics.observe(&core, started.elapsed());
         if stop {
@@ -541,6 +555,13 @@ async fn read_kubelet(
     ));
     if let Some(paths) = &kubelet.config {
         core.apply(Event::KubeletConfig(kubelet_config::read(paths)));
+    }
+    // The cgroups after the kubelet's view, so the audit judges them against what was just
+    // read. Bounded reads of an in-memory file system: done inline.
+    if let Some(layout) = &kubelet.cgroups {
+        let (pods, _) = core.audit_pods();
+        let observed = nodetopo_kubelet::audit::observe(layout, &pods);
+        core.apply(Event::Cgroups(Box::new(observed)));
     }
 }
 

@@ -256,6 +256,7 @@ fn guaranteed(name: &str, uid: &str, containers: &[(&str, u64)]) -> crate::daemo
         terminal: false,
         phase: "Running".into(),
         kubelet_refusal: None,
+        running: Default::default(),
     }
 }
 

@@ -56,6 +56,7 @@ fn pod(name: &str, uid: &str, cpus: u64) -> PodInfo {
         terminal: false,
         phase: "Running".into(),
         kubelet_refusal: None,
+        running: Default::default(),
     }
 }
 
