@@ -97,11 +97,11 @@ pub struct Args {
     #[arg(long, env = "NODETOPO_CGROUP_ROOT")]
     pub cgroup_root: Option<PathBuf>,
     /// With --cgroup-root: the cgroup version of the cpusets (`auto` detects it).
-    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Version::Auto)]
-    pub cgroup_version: nodetopo_cli::audit::Version,
+    #[arg(long, value_enum, default_value_t = nodetopo_kubelet::cgroup::args::Version::Auto)]
+    pub cgroup_version: nodetopo_kubelet::cgroup::args::Version,
     /// With --cgroup-root: the kubelet's `cgroupDriver`.
-    #[arg(long, value_enum, default_value_t = nodetopo_cli::audit::Driver::Cgroupfs)]
-    pub cgroup_driver: nodetopo_cli::audit::Driver,
+    #[arg(long, value_enum, default_value_t = nodetopo_kubelet::cgroup::args::Driver::Cgroupfs)]
+    pub cgroup_driver: nodetopo_kubelet::cgroup::args::Driver,
     /// With --cgroup-root: the kubelet's `cgroupRoot`.
     #[arg(long, default_value = "/")]
     pub kubelet_cgroup_root: String,
@@ -208,7 +208,7 @@ fn kube_config(args: &Args) -> anyhow::Result<shells::kube::Config> {
 /// The cgroup layout to audit (`None` without `--cgroup-root`); a root whose version cannot
 /// be told is an error at start-up, not a silent lack of audit.
 fn cgroup_layout(args: &Args) -> anyhow::Result<Option<nodetopo_kubelet::cgroup::CgroupLayout>> {
-    use nodetopo_cli::audit::{Driver, Version};
+    use nodetopo_kubelet::cgroup::args::{Driver, Version};
     use nodetopo_kubelet::cgroup::{self, CgroupDriver, CgroupLayout, CgroupVersion};
     let Some(root) = &args.cgroup_root else {
         return Ok(None);

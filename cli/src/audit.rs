@@ -62,25 +62,7 @@ pub struct Args {
     pub output: Output,
 }
 
-/// `--cgroup-version`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Version {
-    /// Detect from the mount.
-    Auto,
-    /// cgroup v1 (the `cpuset` hierarchy).
-    V1,
-    /// cgroup v2 (unified).
-    V2,
-}
-
-/// `--cgroup-driver`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Driver {
-    /// Plain directories.
-    Cgroupfs,
-    /// systemd slices and scopes.
-    Systemd,
-}
+pub use nodetopo_kubelet::cgroup::args::{Driver, Version};
 
 /// Output formats of `audit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -366,5 +366,31 @@ fn read_bounded(path: &Path) -> Result<Option<String>, CgroupError> {
         })
 }
 
+/// The cgroup arguments the offline `audit` and the agent's `run` share
+/// (`--cgroup-version`, `--cgroup-driver`); with the `clap` feature they are clap value enums.
+pub mod args {
+    /// `--cgroup-version`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+    pub enum Version {
+        /// Detect from the mount.
+        Auto,
+        /// cgroup v1 (the `cpuset` hierarchy).
+        V1,
+        /// cgroup v2 (unified).
+        V2,
+    }
+
+    /// `--cgroup-driver`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+    pub enum Driver {
+        /// Plain directories.
+        Cgroupfs,
+        /// systemd slices and scopes.
+        Systemd,
+    }
+}
+
 #[cfg(test)]
 mod tests;

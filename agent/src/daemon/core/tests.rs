@@ -579,7 +579,7 @@ fn kubelet_pinned_memory_is_compared() {
     )]));
     core.reconcile();
     let ours = CpuSet::parse(&core.checkpoint().expect("cp").entries["ua"]["app"]).expect("set");
-    let kubelet = |cpus: &CpuSet| KubeletCpuState {
+    let kubelet = |cpus: &CpuSet| CpuCheckpoint {
         policy_name: "static".into(),
         default_cpu_set: topo().all_cpus().difference(cpus),
         entries: BTreeMap::from([(
