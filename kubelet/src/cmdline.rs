@@ -298,9 +298,18 @@ fn short_flag(c: u8) -> Option<&'static flag_set::FlagSpec> {
         .find(|f| f.shorthand.is_some_and(|s| s as u32 == u32::from(c)))
 }
 
-/// pflag's `parseArgs` over the kubelet's flag set: each flag with its value, in order.
-fn flags_of(args: &[String]) -> Result<Vec<(&'static flag_set::FlagSpec, String)>, String> {
+/// A flag of the kubelet's flag set with its value.
+type FlagValue = (&'static flag_set::FlagSpec, String);
+
+/// pflag's `parseArgs` over the kubelet's flag set: each flag with its value, in order, up to
+/// the first word the kubelet would refuse (its error beside the flags read before it).
+fn flags_of(args: &[String]) -> (Vec<FlagValue>, Option<String>) {
     let mut out = Vec::new();
+    let error = read_flags(args, &mut out).err();
+    (out, error)
+}
+
+fn read_flags(args: &[String], out: &mut Vec<FlagValue>) -> Result<(), String> {
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -383,14 +392,17 @@ fn flags_of(args: &[String]) -> Result<Vec<(&'static flag_set::FlagSpec, String)
             out.push((spec, value));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), String> {
     let mut memory_detached = false;
     // `--help` and `--version` as they end up (the kubelet looks at them after parsing).
     let (mut help, mut version) = (None, None);
-    for (spec, value) in flags_of(args)? {
+    // The flags before a refused word are kept (a lenient read names what it saw); the
+    // refusal is returned after them.
+    let (flags, refused) = flags_of(args);
+    for (spec, value) in flags {
         let name = spec.name;
         if spec.kind == "bool" {
             let Some(b) = go_bool(&value) else {
@@ -472,6 +484,9 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
             _ => Ok(()),
         };
         set.map_err(|e| format!("--{name}={value}: {e}"))?;
+    }
+    if let Some(e) = refused {
+        return Err(e);
     }
     // With files to read, the kubelet re-reads its command line over them
     // (`kubeletConfigFlagPrecedence`) with a flag set that has no `--help`: pflag ends the

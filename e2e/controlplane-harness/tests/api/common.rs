@@ -49,8 +49,12 @@ pub fn expect_rejected<T>(
         (Ok(_), None) => Ok("accepted".to_string()),
         (Err(e), Some(field)) => {
             let msg = api_message(e);
+            // A format check on a map's value (int32 under `additionalProperties`) is
+            // phrased by the server as `<root>: Invalid value: ...: ... in <path below root>`.
+            let below_root = field.split_once('.').map(|(_, rest)| rest);
             let names_field = msg.contains(&format!("{field}:"))
-                || (want.nested && msg.contains(&format!("{field}.")));
+                || (want.nested && msg.contains(&format!("{field}.")))
+                || below_root.is_some_and(|rest| msg.ends_with(&format!(" in {rest}")));
             if !names_field {
                 Err(format!("rejected without naming {field}: {msg}"))
             } else if want.message.is_some_and(|m| !msg.contains(m)) {
