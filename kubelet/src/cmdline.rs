@@ -128,6 +128,17 @@ pub struct KubeletCommandLine {
     pub error: Option<String>,
 }
 
+impl KubeletCommandLine {
+    /// `process <pid> with --config <file>` (`(none)` without one), as errors name a kubelet.
+    pub fn describe_process(&self) -> String {
+        format!(
+            "process {} with --config {}",
+            self.pid,
+            self.config.as_deref().unwrap_or("(none)")
+        )
+    }
+}
+
 /// Go's `strconv.ParseBool`.
 fn go_bool(v: &str) -> Option<bool> {
     match v {
@@ -680,13 +691,7 @@ pub fn decide(found: Vec<KubeletCommandLine>, check: &ProcessCheck) -> anyhow::R
     let Some(k) = ours.pop() else {
         let seen: Vec<String> = others
             .iter()
-            .map(|k| {
-                format!(
-                    "process {} with --config {}",
-                    k.pid,
-                    k.config.as_deref().unwrap_or("(none)")
-                )
-            })
+            .map(KubeletCommandLine::describe_process)
             .collect();
         anyhow::bail!(
             "no kubelet runs with --config {} ({}): nodetopo would change files this node's kubelet does not read",

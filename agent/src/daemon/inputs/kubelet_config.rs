@@ -101,13 +101,7 @@ pub fn command_line(
     }
     let pids: Vec<String> = found
         .iter()
-        .map(|k| {
-            format!(
-                "process {} with --config {}",
-                k.pid,
-                k.config.as_deref().unwrap_or("(none)")
-            )
-        })
+        .map(KubeletCommandLine::describe_process)
         .collect();
     let mut ours: Vec<KubeletCommandLine> = found
         .into_iter()

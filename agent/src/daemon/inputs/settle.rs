@@ -223,20 +223,21 @@ fn wait_or_read(changed_now: bool, quiet_for: Duration, wait: Duration) -> Verdi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use Happened::*;
 
-    const WATCHED: Rule = Rule {
+    /// The rules the settle tests use (also local.rs's): watched (2 ms quiet) and polled.
+    pub(crate) const WATCHED: Rule = Rule {
         quiet: Duration::from_millis(2),
         write_hold: Duration::from_secs(10),
     };
-    const POLLED: Rule = Rule {
+    pub(crate) const POLLED: Rule = Rule {
         quiet: Duration::ZERO,
         write_hold: Duration::from_secs(10),
     };
 
-    fn ms(n: u64) -> Duration {
+    pub(crate) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 

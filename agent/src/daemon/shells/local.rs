@@ -445,24 +445,11 @@ mod tests {
     use std::io::Write as _;
 
     use super::*;
-    use crate::daemon::inputs::settle::Rule;
+    use crate::daemon::inputs::settle::tests::{ms, POLLED, WATCHED};
     use crate::daemon::shells::watch::Wakeups;
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
     const SECOND: &str = "  - name: side\n    resources: {limits: {cpu: \"2\", memory: 1Gi}}\n";
-
-    const WATCHED: Rule = Rule {
-        quiet: Duration::from_millis(2),
-        write_hold: Duration::from_secs(10),
-    };
-    const POLLED: Rule = Rule {
-        quiet: Duration::ZERO,
-        write_hold: Duration::from_secs(10),
-    };
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     fn containers(scan: &Scan) -> Vec<usize> {
         scan.pods.iter().map(|p| p.pod.containers.len()).collect()
