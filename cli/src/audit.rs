@@ -15,6 +15,9 @@ use nodetopo_kubelet::audit::{self, inputs, AuditReport, Expected};
 use nodetopo_kubelet::cgroup::{self, CgroupDriver, CgroupLayout, CgroupVersion};
 use nodetopo_kubelet::cpu_checkpoint;
 
+/// `--cgroup-version` and `--cgroup-driver`, shared with the agent's `run`.
+pub use nodetopo_kubelet::cgroup::args::{Driver, Version};
+
 /// Arguments of `audit`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -61,8 +64,6 @@ pub struct Args {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
-
-pub use nodetopo_kubelet::cgroup::args::{Driver, Version};
 
 /// Output formats of `audit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
