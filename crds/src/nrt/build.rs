@@ -33,13 +33,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use nodetopo_engine::memorymanager::{MemoryResource, MemoryTable};
-use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::fingerprint::{self, PodFingerprint};
 use super::memory::MemoryTables;
 use super::podset::{self, NodePod};
-use super::tmsource::{TopologyManagerSource, ATTR_TM_SOURCE};
+use super::tmsource::{TopologyManagerSource, TopologyManagerView, ATTR_TM_SOURCE};
 use super::types::{
     AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone, API_VERSION, KIND,
     ZONE_TYPE_L3_CACHE, ZONE_TYPE_NUMA_NODE,
@@ -102,17 +101,6 @@ impl CpuAccounting {
             }
         }
     }
-}
-
-/// The topology manager's configuration, as the kubelet runs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopologyManagerView {
-    /// Policy.
-    pub policy: TmPolicy,
-    /// Scope.
-    pub scope: TmScope,
-    /// `max-allowable-numa-nodes` (8 unless the option says otherwise).
-    pub max_numa_nodes: usize,
 }
 
 /// Where the exclusive allocations in the object came from.

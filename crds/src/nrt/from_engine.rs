@@ -4,7 +4,8 @@
 
 use nodetopo_engine::admission::{CpuManagerConfig, NodeConfig, Pools};
 
-use super::build::{CpuAccounting, TopologyManagerView};
+use super::build::CpuAccounting;
+use super::tmsource::TopologyManagerView;
 
 /// The CPU accounting of a node running `config` with these pools.
 pub fn cpu_accounting(config: &CpuManagerConfig, pools: &Pools) -> CpuAccounting {

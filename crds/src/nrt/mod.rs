@@ -19,12 +19,13 @@ pub mod types;
 
 pub use build::{
     build, AllocationSource, CpuAccounting, DeviceInventory, MemoryManagerView, NrtError, NrtInput,
-    ReservedSource, TopologyManagerView,
+    ReservedSource,
 };
 pub use fingerprint::PodFingerprint;
 pub use podset::NodePod;
 pub use tmsource::{
     CommandLine, KubeletTm, TmAgreement, TmResolution, TmSources, TopologyManagerSource,
+    TopologyManagerView,
 };
 pub use types::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 

@@ -10,7 +10,7 @@ use nodetopo_engine::{CpuSet, CpuTopology};
 
 use super::build::*;
 use super::podset::NodePod;
-use super::tmsource::TopologyManagerSource;
+use super::tmsource::{TopologyManagerSource, TopologyManagerView};
 
 const GI: u64 = 1 << 30;
 

@@ -25,7 +25,18 @@
 //! Caveat: the files say what the kubelet read at its last start only if nobody changed
 //! them since; an apply under way writes them just before it restarts the kubelet.
 
-use super::build::TopologyManagerView;
+use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
+
+/// The topology manager's configuration, as the kubelet runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopologyManagerView {
+    /// Policy.
+    pub policy: TmPolicy,
+    /// Scope.
+    pub scope: TmScope,
+    /// `max-allowable-numa-nodes` (8 unless the option says otherwise).
+    pub max_numa_nodes: usize,
+}
 
 /// Attribute: where `topologyManagerPolicy`, `topologyManagerScope` and
 /// `topologyManagerMaxNUMANodes` came from ([`TopologyManagerSource::as_str`]).
