@@ -326,52 +326,70 @@ pub async fn read(socket: &Path, timeout: Duration) -> Result<KubeletView, PodRe
         })?;
     // The generated client's calls with prost's codec replaced by the bounded one.
     let mut client = tonic::client::Grpc::new(channel);
-    let deadline = |call: &'static str| PodResourcesError::Timeout {
-        socket: path.clone(),
+    let list: ListPodResourcesResponse = unary(
+        &mut client,
+        &path,
+        timeout,
+        ListPodResourcesRequest {},
+        ("List", "/v1.PodResourcesLister/List"),
+        Msg::List,
+    )
+    .await?;
+    let allocatable: AllocatableResourcesResponse = unary(
+        &mut client,
+        &path,
+        timeout,
+        AllocatableResourcesRequest {},
+        (
+            "GetAllocatableResources",
+            "/v1.PodResourcesLister/GetAllocatableResources",
+        ),
+        Msg::Allocatable,
+    )
+    .await?;
+    view(&list, &allocatable)
+}
+
+/// One unary call `call` (its name, its gRPC path) on `client`, bounded by `timeout`, its
+/// answer checked against the bounds of `msg` before it is decoded.
+async fn unary<Req, Resp>(
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    socket: &Path,
+    timeout: Duration,
+    request: Req,
+    (call, grpc_path): (&'static str, &'static str),
+    msg: Msg,
+) -> Result<Resp, PodResourcesError>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    use tonic::codegen::http::uri::PathAndQuery;
+    let answer = tokio::time::timeout(timeout, async {
+        client
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
+        client
+            .unary(
+                tonic::Request::new(request),
+                PathAndQuery::from_static(grpc_path),
+                BoundedCodec::<Req, Resp>::new(msg),
+            )
+            .await
+    })
+    .await
+    .map_err(|_| PodResourcesError::Timeout {
+        socket: socket.to_path_buf(),
         call,
         timeout,
-    };
-    let failed = |call: &'static str, status: tonic::Status| PodResourcesError::Call {
-        socket: path.clone(),
+    })?
+    .map_err(|status| PodResourcesError::Call {
+        socket: socket.to_path_buf(),
         call,
         status: Box::new(status),
-    };
-    use tonic::codegen::http::uri::PathAndQuery;
-    let list: ListPodResourcesResponse = tokio::time::timeout(timeout, async {
-        client
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
-        client
-            .unary(
-                tonic::Request::new(ListPodResourcesRequest {}),
-                PathAndQuery::from_static("/v1.PodResourcesLister/List"),
-                BoundedCodec::<ListPodResourcesRequest, _>::new(Msg::List),
-            )
-            .await
-    })
-    .await
-    .map_err(|_| deadline("List"))?
-    .map_err(|s| failed("List", s))?
-    .into_inner();
-    let allocatable: AllocatableResourcesResponse = tokio::time::timeout(timeout, async {
-        client
-            .ready()
-            .await
-            .map_err(|e| tonic::Status::unknown(format!("not ready: {e}")))?;
-        client
-            .unary(
-                tonic::Request::new(AllocatableResourcesRequest {}),
-                PathAndQuery::from_static("/v1.PodResourcesLister/GetAllocatableResources"),
-                BoundedCodec::<AllocatableResourcesRequest, _>::new(Msg::Allocatable),
-            )
-            .await
-    })
-    .await
-    .map_err(|_| deadline("GetAllocatableResources"))?
-    .map_err(|s| failed("GetAllocatableResources", s))?
-    .into_inner();
-    view(&list, &allocatable)
+    })?;
+    Ok(answer.into_inner())
 }
 
 /// What the agent feeds its core: `Ok(None)` when the socket is not configured (empty path)
