@@ -25,12 +25,12 @@ use serde_json::value::RawValue;
 /// Go's `encoding/json` nesting limit (`maxNestingDepth`).
 pub const GO_MAX_DEPTH: usize = 10_000;
 
-/// Refuses text nested deeper than Go's limit (arrays and objects, outside strings).
-pub fn check_depth(text: &str) -> Result<(), String> {
-    let mut depth = 0usize;
+/// The bytes of `text` that stand outside JSON strings (the quotes themselves included):
+/// the structure both counters below read.
+fn outside_strings(text: &str) -> impl Iterator<Item = u8> + '_ {
     let mut in_string = false;
     let mut escaped = false;
-    for b in text.bytes() {
+    text.bytes().filter(move |&b| {
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -38,10 +38,20 @@ pub fn check_depth(text: &str) -> Result<(), String> {
                 (false, b'"') => in_string = false,
                 _ => {}
             }
-            continue;
+            return false;
         }
+        if b == b'"' {
+            in_string = true;
+        }
+        true
+    })
+}
+
+/// Refuses text nested deeper than Go's limit (arrays and objects, outside strings).
+pub fn check_depth(text: &str) -> Result<(), String> {
+    let mut depth = 0usize;
+    for b in outside_strings(text) {
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > GO_MAX_DEPTH {
@@ -58,24 +68,7 @@ pub fn check_depth(text: &str) -> Result<(), String> {
 /// The number of object members (`:` outside strings) in `text`, counted without
 /// allocating: a bound on the maps a decode of it builds.
 pub fn count_members(text: &str) -> usize {
-    let mut n = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for b in text.bytes() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if b == b'"' {
-            in_string = true;
-        } else if b == b':' {
-            n += 1;
-        }
-    }
-    n
+    outside_strings(text).filter(|&b| b == b':').count()
 }
 
 /// One JSON object's members in file order, each value kept as its text.
@@ -245,6 +238,16 @@ mod tests {
         assert_eq!(check_depth(&deep).unwrap_err(), "exceeded max depth");
         // Brackets inside strings do not count.
         assert!(check_depth(&format!("{{\"a\":\"{}\"}}", "[".repeat(20_000))).is_ok());
+    }
+
+    #[test]
+    fn members_are_counted_outside_strings_only() {
+        assert_eq!(count_members(r#"{"a":1,"b":{"c":[2]}}"#), 3);
+        // Colons and escaped quotes inside strings are text, not structure.
+        assert_eq!(count_members(r#"{"a:b":"x:\":y","c":"\\"}"#), 2);
+        assert_eq!(count_members(""), 0);
+        // An escaped quote does not end the string; the depth counter agrees.
+        assert!(check_depth(r#"{"a":"\"[[[[","b":1}"#).is_ok());
     }
 
     #[test]
