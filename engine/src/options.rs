@@ -16,6 +16,15 @@ pub enum OptionKind {
     },
 }
 
+/// Go's `strconv.ParseBool`: how the kubelet reads every boolean option and flag.
+pub fn go_parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 /// Maturity level of a policy option, which decides the feature gate it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Maturity {
@@ -164,5 +173,23 @@ impl OptionTable {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::go_parse_bool;
+
+    #[test]
+    fn booleans_read_as_go_reads_them() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(go_parse_bool(t), Some(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(go_parse_bool(f), Some(false), "{f}");
+        }
+        for bad in ["", "yes", "tRUE", "on", " true", "2"] {
+            assert_eq!(go_parse_bool(bad), None, "{bad:?}");
+        }
     }
 }

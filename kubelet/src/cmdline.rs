@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use nodetopo_engine::options::go_parse_bool;
+
 pub mod flag_set;
 
 /// The most bytes of one `/proc/PID/cmdline` read.
@@ -139,15 +141,6 @@ impl KubeletCommandLine {
     }
 }
 
-/// Go's `strconv.ParseBool`.
-fn go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// The words of a command line: NUL-separated as in `/proc/PID/cmdline` (each argument
 /// ends with a NUL; an empty argument, as in `--reserved-cpus ""`, is an empty word, a
 /// value the kubelet takes), or, without a NUL, whitespace-separated text (`ps -o args=`).
@@ -196,7 +189,7 @@ fn set_gates(gates: &mut BTreeMap<String, bool>, value: &str) -> Result<(), Stri
             return Err(format!("{piece:?} is not GATE=BOOL"));
         };
         let (gate, v) = (trim(gate), trim(v));
-        let Some(b) = go_bool(v) else {
+        let Some(b) = go_parse_bool(v) else {
             return Err(format!("{piece:?}: {v:?} is not a boolean"));
         };
         gates.insert(gate.to_string(), b);
@@ -416,7 +409,7 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
     for (spec, value) in flags {
         let name = spec.name;
         if spec.kind == "bool" {
-            let Some(b) = go_bool(&value) else {
+            let Some(b) = go_parse_bool(&value) else {
                 return Err(format!(
                     "--{name}={value}: {value:?} is not a boolean, which the kubelet refuses"
                 ));
@@ -438,7 +431,7 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
         }
         if name == "version" {
             // verflag: true, false, `raw`, or `v...` (the version to report; not checked).
-            if go_bool(&value).is_none() && value != "raw" && !value.starts_with('v') {
+            if go_parse_bool(&value).is_none() && value != "raw" && !value.starts_with('v') {
                 return Err(format!(
                     "--version={value}: not true, false, raw or vX.Y.Z, which the kubelet refuses"
                 ));
@@ -506,7 +499,7 @@ fn parse_into(out: &mut KubeletCommandLine, args: &[String]) -> Result<(), Strin
     if help == Some(true) {
         return Err("--help: the kubelet prints its help and exits".into());
     }
-    if let Some(v) = version.filter(|v| v == "raw" || go_bool(v) == Some(true)) {
+    if let Some(v) = version.filter(|v| v == "raw" || go_parse_bool(v) == Some(true)) {
         return Err(format!(
             "--version={v}: the kubelet prints its version and exits"
         ));

@@ -135,14 +135,10 @@ pub enum OptionsError {
 
 /// Go's `strconv.ParseBool`.
 fn parse_bool(name: &str, value: &str) -> Result<bool, OptionsError> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(OptionsError::BadValue {
-            name: name.to_string(),
-            value: value.to_string(),
-        }),
-    }
+    crate::options::go_parse_bool(value).ok_or_else(|| OptionsError::BadValue {
+        name: name.to_string(),
+        value: value.to_string(),
+    })
 }
 
 impl StaticPolicyOptions {

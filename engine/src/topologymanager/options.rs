@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::TmError;
-use crate::options::{Maturity, OptionKind, OptionTable, PolicyOption};
+use crate::options::{go_parse_bool, Maturity, OptionKind, OptionTable, PolicyOption};
 
 /// Name of the KEP-3545 option.
 pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
@@ -190,15 +190,6 @@ impl TmOptions {
             );
         }
         m
-    }
-}
-
-/// Go's `strconv.ParseBool`.
-fn go_parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
     }
 }
 
