@@ -19,8 +19,8 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
 
-use crate::daemon::actuation::ActuationArgs;
-use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
+use crate::actuation::agreement::{AgreementFeed, AgreementSeen};
+use crate::actuation::cluster::ActuationArgs;
 use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::kubelet_config;
@@ -370,7 +370,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
     // restart: each cycle publishes what was seen, and the step can ask for a read now.
     let (seen_tx, seen_rx) = tokio::sync::watch::channel(None);
     let read_now = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(crate::daemon::actuation::run(
+    tokio::spawn(crate::actuation::cluster::run(
         client.clone(),
         node.clone(),
         topology.clone(),

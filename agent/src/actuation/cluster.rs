@@ -1,10 +1,10 @@
 //! Cluster mode actuation: when the operator's rollout marks this node's NodeTopology
 //! (annotation `nodetopo.io/apply-generation` equal to its `metadata.generation`) and the
 //! agent runs with `--actuation`, carry the spec out on the kubelet with the same executor as
-//! `nodetopo-agent apply` ([`crate::actuate`]), then publish the verdict as the `Applied`
+//! `nodetopo-agent apply` ([`crate::actuation`]), then publish the verdict as the `Applied`
 //! condition (for that generation) and `status.change`. The executor's verify step also
 //! waits (`--actuation-verify-seconds`) for this Node to be Ready again with a heartbeat
-//! newer than the restart ([`crate::actuate::node_ready`]), then for `KubeletAgreement` on a kubelet
+//! newer than the restart ([`crate::actuation::node_ready`]), then for `KubeletAgreement` on a kubelet
 //! read after the restart ([`super::agreement`]); a failure rolls the apply back. A True
 //! verdict's message ends with the agreement confirmed.
 //!
@@ -44,10 +44,10 @@ use nodetopo_engine::CpuTopology;
 use nodetopo_kubelet::config as kubelet;
 
 use super::agreement::{AgreementCheck, AgreementFeed};
-pub use super::core::Outcome;
-use super::core::{Event, PodInfo};
-use crate::actuate::node_ready::NodeReadyCheck;
-use crate::actuate::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
+pub use crate::daemon::core::Outcome;
+use crate::daemon::core::{Event, PodInfo};
+use crate::actuation::node_ready::NodeReadyCheck;
+use crate::actuation::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
 
 /// The actuation flags of `run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -70,7 +70,7 @@ pub struct ActuationArgs {
     #[arg(long, default_value = "kubelet.service")]
     pub kubelet_unit: String,
     /// `--kubelet-restart systemd`: systemd's D-Bus address (the system bus by default).
-    #[arg(long, default_value = actuate::SYSTEM_BUS)]
+    #[arg(long, default_value = actuation::SYSTEM_BUS)]
     pub kubelet_systemd_address: String,
     /// `--kubelet-restart systemd`: the address is a direct connection to systemd (its
     /// private socket), no bus.
@@ -98,10 +98,10 @@ pub struct ActuationArgs {
     pub actuation_verify_seconds: u64,
     /// The check of the kubelet's command line before each apply.
     #[command(flatten)]
-    pub process: actuate::ProcessArgs,
+    pub process: actuation::ProcessArgs,
     /// The guard that starts the kubelet if the agent dies mid-apply (systemd restarter).
     #[command(flatten)]
-    pub guard: actuate::guard::GuardArgs,
+    pub guard: actuation::guard::GuardArgs,
 }
 
 impl ActuationArgs {
@@ -110,7 +110,7 @@ impl ActuationArgs {
     pub fn service_for(
         &self,
         files: &KubeletFiles,
-    ) -> anyhow::Result<Box<dyn actuate::KubeletService + Send>> {
+    ) -> anyhow::Result<Box<dyn actuation::KubeletService + Send>> {
         if self.kubelet_restart != RestartMode::Systemd {
             return self.service();
         }
@@ -118,7 +118,7 @@ impl ActuationArgs {
         let verify = Duration::from_secs(self.actuation_verify_seconds.max(1));
         let guard = self.guard.plan(files, &self.process, timeout, verify)?;
         Ok(Box::new(
-            actuate::SystemdBus::new(
+            actuation::SystemdBus::new(
                 &self.kubelet_unit,
                 &self.kubelet_systemd_address,
                 self.kubelet_systemd_direct,
@@ -130,7 +130,7 @@ impl ActuationArgs {
 
     /// The kubelet service the executor drives, without a guard (the start-up check of the
     /// flags); errors name the missing flag.
-    pub fn service(&self) -> anyhow::Result<Box<dyn actuate::KubeletService + Send>> {
+    pub fn service(&self) -> anyhow::Result<Box<dyn actuation::KubeletService + Send>> {
         let argv = |s: &Option<String>, flag: &str| -> anyhow::Result<Vec<String>> {
             match s {
                 Some(s) if !s.trim().is_empty() => {
@@ -140,13 +140,13 @@ impl ActuationArgs {
             }
         };
         Ok(match self.kubelet_restart {
-            RestartMode::Systemd => Box::new(actuate::SystemdBus::new(
+            RestartMode::Systemd => Box::new(actuation::SystemdBus::new(
                 &self.kubelet_unit,
                 &self.kubelet_systemd_address,
                 self.kubelet_systemd_direct,
                 Duration::from_secs(self.kubelet_systemd_timeout_seconds),
             )?),
-            RestartMode::Command => Box::new(actuate::Commands {
+            RestartMode::Command => Box::new(actuation::Commands {
                 stop: argv(&self.kubelet_stop_command, "--kubelet-stop-command")?,
                 start: argv(&self.kubelet_start_command, "--kubelet-start-command")?,
                 health: self
@@ -155,7 +155,7 @@ impl ActuationArgs {
                     .map(|s| s.split_whitespace().map(String::from).collect())
                     .unwrap_or_default(),
             }),
-            RestartMode::DryRun => Box::new(actuate::DryRun::default()),
+            RestartMode::DryRun => Box::new(actuation::DryRun::default()),
         })
     }
 }
@@ -569,7 +569,7 @@ async fn apply_once(
     // The verify step also waits for the Node to be Ready again after the restart, then for
     // KubeletAgreement on a kubelet read after it (what it confirmed lands in `verified`).
     let verified = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
-    let svc: Box<dyn actuate::KubeletService + Send> = if dry_run {
+    let svc: Box<dyn actuation::KubeletService + Send> = if dry_run {
         svc
     } else {
         let wait = Duration::from_secs(args.actuation_verify_seconds.max(1));
@@ -588,8 +588,8 @@ async fn apply_once(
     let process = args.process.check(files);
     let joined = tokio::task::spawn_blocking(move || {
         let mut svc = svc;
-        actuate::apply(
-            &actuate::ApplyInput {
+        actuation::apply(
+            &actuation::ApplyInput {
                 topology: &topology,
                 files: &files_c,
                 pods: &engine_pods,

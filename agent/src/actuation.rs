@@ -51,6 +51,8 @@ pub const BACKUP_SUFFIX: &str = ".nodetopo-backup";
 /// The journal's file name (beside the state file).
 pub const JOURNAL_NAME: &str = "nodetopo-apply.journal";
 
+pub mod agreement;
+pub mod cluster;
 pub mod guard;
 pub mod node_ready;
 mod replan;
