@@ -44,10 +44,10 @@ use nodetopo_engine::CpuTopology;
 use nodetopo_kubelet::config as kubelet;
 
 use super::agreement::{AgreementCheck, AgreementFeed};
-pub use crate::daemon::core::Outcome;
-use crate::daemon::core::{Event, PodInfo};
 use crate::actuation::node_ready::NodeReadyCheck;
 use crate::actuation::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
+pub use crate::daemon::core::Outcome;
+use crate::daemon::core::{Event, PodInfo};
 
 /// The actuation flags of `run`.
 #[derive(Debug, Clone, clap::Args)]

@@ -19,10 +19,13 @@ use nodetopo_engine::change::{ChangeClass, OwnedConfig};
 use nodetopo_kubelet::cmdline::ConfigFlags;
 use nodetopo_kubelet::config as kubelet;
 
-use super::replan::Target;
+use super::apply::carry_out;
+use super::plan::replan::Target;
+use super::plan::{dry_run_actions, plan_from_state, resolved_desired};
+use super::report::report;
+use super::verify::verify;
 use super::{
-    backup_of, carry_out, plan_from_state, recover, report, resolved_desired, verify,
-    AllowedWrites, ApplyReport, KubeletFiles, KubeletService, Recovery,
+    backup_of, recover, AllowedWrites, ApplyReport, KubeletFiles, KubeletService, Recovery,
 };
 
 /// What a revert needs.
@@ -117,7 +120,7 @@ pub fn revert(
     }
     if input.dry_run {
         let mut r = report(false, "DryRun", first, recovery, plan);
-        r.actions = super::dry_run_actions(files, &target);
+        r.actions = dry_run_actions(files, &target);
         return Ok(r);
     }
     let mut again = || target_of_revert(input, &flags).map(|(t, _)| t);
