@@ -25,7 +25,7 @@
 //! `ActuationDisabled`, `DryRun`) is not applied again; a new spec (new generation) and a new mark are
 //! needed. The decisions are the pure [`next_step`] and [`outcome_of`]; [`run`] is the shell.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -35,19 +35,20 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::rollout::EvictionMode;
-use nodetopo_crds::{
-    ChangeStatus, ChangeStepStatus, NodeTopology, NodeTopologySpec, APPLY_GENERATION_ANNOTATION,
-    EVICTION_ANNOTATION,
-};
-use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
+use nodetopo_crds::{NodeTopology, APPLY_GENERATION_ANNOTATION, EVICTION_ANNOTATION};
+use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::CpuTopology;
 use nodetopo_kubelet::config as kubelet;
 
-use super::agreement::{AgreementCheck, AgreementFeed};
+use crate::actuation::agreement::{AgreementCheck, AgreementFeed};
 use crate::actuation::node_ready::NodeReadyCheck;
-use crate::actuation::{self, backup_of, ApplyReport, KubeletFiles, Recovery, RestartMode};
-pub use crate::daemon::core::Outcome;
-use crate::daemon::core::{Event, PodInfo};
+use crate::actuation::{self, backup_of, ApplyReport, KubeletFiles, RestartMode};
+
+mod verdict;
+pub use verdict::{
+    desired_from_spec, next_step, outcome_of, pods_to_evict, Earlier, EvictionResult, Last,
+    Outcome, Step,
+};
 
 /// The actuation flags of `run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -160,309 +161,29 @@ impl ActuationArgs {
     }
 }
 
-/// What to do about the NodeTopology as it is now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
-    /// Nothing (already judged, or nothing to report).
-    Idle,
-    /// Publish this verdict without touching the node.
-    Report(Box<Outcome>),
-    /// Plan and apply generation `generation`.
-    Apply {
-        /// The generation marked.
-        generation: i64,
-        /// Whether pods may be evicted.
-        eviction: EvictionMode,
-    },
-}
+/// Reads one pod of the node's pod list as the executor takes it: `Ok(None)` for a pod whose
+/// CPUs are released (Succeeded, Failed); the error names the pod. The daemon passes its
+/// own conversion, so that actuation does not reach into the daemon.
+pub type PodReader = fn(&K8sPod) -> Result<Option<nodetopo_engine::Pod>, String>;
 
-/// Whether a verdict is final for its generation (no retry).
-pub fn is_final(reason_: &str, status: bool) -> bool {
-    status
-        || [
-            reason::FAILED,
-            reason::DRAIN_REQUIRED,
-            reason::EVICTION_NOT_ALLOWED,
-            reason::ACTUATION_DISABLED,
-            reason::DRY_RUN,
-        ]
-        .contains(&reason_)
-}
-
-/// The last verdict: (generation, reason, status).
-pub type Last = (i64, String, bool);
-
-/// Decides the next step from the NodeTopology's generation and annotations and the last
-/// verdict published.
-pub fn next_step(
-    enabled: bool,
-    generation: Option<i64>,
-    mark: Option<&str>,
-    eviction: Option<&str>,
-    last: Option<&Last>,
-) -> Step {
-    let Some(generation) = generation else {
-        return Step::Idle;
-    };
-    let marked = mark.is_some_and(|m| m.trim() == generation.to_string());
-    let judged = last.filter(|l| l.0 == generation);
-    if judged.is_some_and(|l| is_final(&l.1, l.2)) {
-        return Step::Idle;
-    }
-    if !marked {
-        if !enabled || judged.is_some_and(|l| l.1 == reason::OBSERVE_ONLY) {
-            return Step::Idle;
-        }
-        return Step::Report(Box::new(Outcome {
-            generation,
-            condition: ConditionSpec::new(
-                conditions::APPLIED,
-                false,
-                reason::OBSERVE_ONLY,
-                format!("the operator has not asked this node to apply generation {generation} (rollout mode Observe, or its batch has not started)"),
-            ),
-            change: None,
-        }));
-    }
-    if !enabled {
-        return Step::Report(Box::new(Outcome {
-            generation,
-            condition: ConditionSpec::new(
-                conditions::APPLIED,
-                false,
-                reason::ACTUATION_DISABLED,
-                format!("asked to apply generation {generation}, but this agent runs without --actuation (chart value agent.actuation.enabled); nothing was changed"),
-            ),
-            change: None,
-        }));
-    }
-    let eviction = match eviction.map(str::trim) {
-        Some("Evict") => EvictionMode::Evict,
-        _ => EvictionMode::Never,
-    };
-    Step::Apply {
-        generation,
-        eviction,
-    }
-}
-
-/// The answer of the Eviction API for one pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionResult {
-    /// `namespace/name`.
-    pub pod: String,
-    /// `Ok` when the eviction was accepted, else the server's refusal.
-    pub result: Result<(), String>,
-}
-
-/// The pods a plan needs gone (its EvictFirst steps), as `namespace/name`.
-pub fn pods_to_evict(plan: &ChangePlan) -> Vec<String> {
-    let mut out: Vec<String> = plan
-        .steps
-        .iter()
-        .filter(|s| s.class == ChangeClass::EvictFirst)
-        .flat_map(|s| s.pods.iter().cloned())
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// `status.change` of a plan, with what was done and the backups found.
-pub fn change_status(
-    generation: i64,
-    plan: &ChangePlan,
-    done: Vec<String>,
-    backups: Vec<String>,
-) -> ChangeStatus {
-    ChangeStatus {
-        generation: Some(generation),
-        class: plan.class.to_string(),
-        config_changes: plan.config_changes.clone(),
-        steps: plan
-            .steps
-            .iter()
-            .map(|s| ChangeStepStatus {
-                class: s.class.to_string(),
-                reason: s.reason.clone(),
-                pods: s.pods.clone(),
-            })
-            .collect(),
-        non_conforming: plan
-            .non_conforming
-            .iter()
-            .map(|n| {
-                format!(
-                    "{} container {} (CPUs {}): {}",
-                    n.pod, n.container, n.cpus, n.why
-                )
-            })
-            .collect(),
-        done,
-        backups,
-    }
-}
-
-/// The verdict of an executor report. `evictions` are the Eviction API's answers (only
-/// asked for with `Evict`); `backups` the backup files present after the apply.
-pub fn outcome_of(
-    generation: i64,
-    files: &KubeletFiles,
-    report: &ApplyReport,
-    eviction: EvictionMode,
-    evictions: &[EvictionResult],
-    backups: Vec<String>,
-) -> Outcome {
-    let mut done = Vec::new();
-    match report.recovery {
-        Recovery::Nothing => {}
-        Recovery::RolledBack => {
-            done.push("rolled an interrupted apply back from its backups".to_string())
-        }
-        Recovery::RolledForward => {
-            done.push("finished an interrupted apply (its files were in place)".to_string())
-        }
-    }
-    let dropin = files.dropin().display().to_string();
-    let state = files.state.display().to_string();
-    let (status, why, message) = match report.reason.as_str() {
-        "NoChange" => (true, reason::NO_CHANGE, report.message.clone()),
-        "RestartOnly" => {
-            done.push(format!("backed up and wrote {dropin} (mode 0644)"));
-            done.push("restarted the kubelet".into());
-            done.push(VERIFIED.into());
-            (true, reason::RESTART_ONLY, report.message.clone())
-        }
-        "StateRewritten" => {
-            done.push("stopped the kubelet".into());
-            done.push(format!(
-                "backed up {state} to {}",
-                backup_of(&files.state).display()
-            ));
-            done.push(format!("rewrote {state} with the kubelet's checksum"));
-            done.push(format!("wrote {dropin} (mode 0644)"));
-            done.push("started the kubelet".into());
-            done.push(VERIFIED.into());
-            (true, reason::STATE_REWRITTEN, report.message.clone())
-        }
-        "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
-        "DryRun" => {
-            done.extend(
-                report
-                    .actions
-                    .iter()
-                    .map(|a| format!("dry run, not done: would {a}")),
-            );
-            (
-                false,
-                reason::DRY_RUN,
-                format!(
-                    "dry run (--kubelet-restart none): nothing was changed and the kubelet was not restarted; the plan is {}: {}",
-                    report.plan.class, report.message
-                ),
-            )
-        }
-        "WaitingForEviction" => {
-            let pods = pods_to_evict(&report.plan);
-            if eviction == EvictionMode::Never {
-                (
-                    false,
-                    reason::EVICTION_NOT_ALLOWED,
-                    format!(
-                        "the plan needs {} evicted and the policy's rollout.eviction is Never; nothing was changed: {}",
-                        pods.join(", "),
-                        report.message
-                    ),
-                )
-            } else {
-                let mut answers = Vec::new();
-                for e in evictions {
-                    match &e.result {
-                        Ok(()) => {
-                            done.push(format!("eviction of {} {ACCEPTED_EVICTION}", e.pod));
-                            answers.push(format!("{}: eviction accepted", e.pod));
-                        }
-                        Err(why) => {
-                            done.push(format!("eviction of {} refused: {why}", e.pod));
-                            answers.push(format!("{}: eviction refused: {why}", e.pod));
-                        }
-                    }
-                }
-                (
-                    false,
-                    reason::WAITING_FOR_EVICTION,
-                    format!(
-                        "waiting until the kubelet has released the CPUs of {} ({}); {}",
-                        pods.join(", "),
-                        answers.join("; "),
-                        report.message
-                    ),
-                )
-            }
-        }
-        _ => {
-            done.push(format!("attempted and rolled back: {}", report.message));
-            (false, reason::FAILED, report.message.clone())
-        }
-    };
-    Outcome {
-        generation,
-        condition: ConditionSpec::new(conditions::APPLIED, status, why, message),
-        change: Some(change_status(generation, &report.plan, done, backups)),
-    }
-}
-
-/// What was done for one generation in earlier attempts (accepted evictions), to carry into
-/// the `status.change.done` of its later verdicts. Pure.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Earlier {
-    generation: Option<i64>,
-    done: Vec<String>,
-}
-
-impl Earlier {
-    /// Records what `o` did and returns it with the earlier steps of its generation first.
-    /// A new generation forgets the old one's steps; a step already listed is not repeated
-    /// (a terminating pod is asked again on every re-plan until the kubelet lets it go).
-    pub fn record(&mut self, mut o: Outcome) -> Outcome {
-        if self.generation != Some(o.generation) {
-            *self = Earlier {
-                generation: Some(o.generation),
-                done: Vec::new(),
-            };
-        }
-        let Some(change) = o.change.as_mut() else {
-            return o;
-        };
-        let mut done = self.done.clone();
-        for d in &change.done {
-            if !done.contains(d) {
-                done.push(d.clone());
-            }
-        }
-        if o.condition.reason == reason::WAITING_FOR_EVICTION {
-            for d in &change.done {
-                if d.ends_with(ACCEPTED_EVICTION) && !self.done.contains(d) {
-                    self.done.push(d.clone());
-                }
-            }
-        }
-        change.done = done;
-        o
-    }
-}
-
-/// The `done` entry of a verified apply.
-const VERIFIED: &str = "verified: kubelet healthy, Node Ready again with a heartbeat after the restart, KubeletAgreement confirmed on a kubelet read after the restart (see the message), effective configuration as desired, state file accepted";
-
-/// How the `done` entry of an accepted eviction ends.
-const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
-
-/// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
-/// --policy`).
-pub fn desired_from_spec(spec: &NodeTopologySpec) -> anyhow::Result<OwnedConfig> {
-    let text = serde_json::to_string(&serde_json::json!({ "spec": spec }))?;
-    kubelet::desired_from_policy(&text, Path::new("NodeTopology spec"))
+/// What the cluster-mode loop works with, fixed for its life.
+pub struct Cluster {
+    /// The API server.
+    pub client: Client,
+    /// The same without its own retry of 429 (evictions: a refusal is an answer).
+    pub evict_client: Client,
+    /// This node's name.
+    pub node: String,
+    /// The machine.
+    pub topology: CpuTopology,
+    /// Where the kubelet's files are.
+    pub files: KubeletFiles,
+    /// The actuation flags.
+    pub args: ActuationArgs,
+    /// What the verify step waits on (KubeletAgreement after the restart).
+    pub feed: AgreementFeed,
+    /// How a pod of the list becomes an engine pod.
+    pub pods_of: PodReader,
 }
 
 /// The backup files present beside the kubelet's files.
@@ -513,35 +234,24 @@ async fn evict(client: &Client, pod: &str) -> EvictionResult {
     }
 }
 
-/// One apply of `generation` for `nt`, blocking work on a blocking thread.
-#[allow(clippy::too_many_arguments)]
-async fn apply_once(
-    client: &Client,
-    evict_client: &Client,
-    node: &str,
-    topology: &CpuTopology,
-    files: &KubeletFiles,
-    args: &ActuationArgs,
-    nt: &NodeTopology,
-    generation: i64,
-    eviction: EvictionMode,
-    feed: &AgreementFeed,
-) -> Outcome {
-    let failed = |msg: String| Outcome {
+/// A `Failed` verdict (final) for `generation`.
+fn failed(generation: i64, msg: String) -> Outcome {
+    Outcome {
         generation,
         condition: ConditionSpec::new(conditions::APPLIED, false, reason::FAILED, msg),
         change: None,
-    };
-    let desired = match desired_from_spec(&nt.spec) {
-        Ok(d) => d,
-        Err(e) => return failed(format!("the spec cannot be read as kubelet fields: {e:#}")),
-    };
-    let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let pods = match Api::<K8sPod>::all(client.clone()).list(&lp).await {
+    }
+}
+
+/// Read: the node's pods the executor plans with (the terminal ones left out). A list that
+/// fails is not final (the next read retries); a pod that cannot be read is.
+async fn read_pods(c: &Cluster, generation: i64) -> Result<Vec<nodetopo_engine::Pod>, Outcome> {
+    let lp = ListParams::default().fields(&format!("spec.nodeName={}", c.node));
+    let pods = match Api::<K8sPod>::all(c.client.clone()).list(&lp).await {
         Ok(list) => list.items,
         // Not final: the next read retries.
         Err(e) => {
-            return Outcome {
+            return Err(Outcome {
                 generation,
                 condition: ConditionSpec::new(
                     conditions::APPLIED,
@@ -550,49 +260,75 @@ async fn apply_once(
                     format!("listing the node's pods failed, nothing changed yet: {e}"),
                 ),
                 change: None,
-            }
+            })
         }
     };
     let mut engine_pods = Vec::new();
     for p in &pods {
-        match PodInfo::from_k8s(p) {
-            Ok(info) if !info.terminal => engine_pods.push(info.pod),
-            Ok(_) => {}
-            Err(e) => return failed(format!("a pod on the node cannot be read: {e}")),
+        match (c.pods_of)(p) {
+            Ok(Some(pod)) => engine_pods.push(pod),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(failed(
+                    generation,
+                    format!("a pod on the node cannot be read: {e}"),
+                ))
+            }
         }
     }
-    let svc = match args.service_for(files) {
-        Ok(s) => s,
-        Err(e) => return failed(format!("{e:#}")),
-    };
-    let dry_run = args.kubelet_restart == RestartMode::DryRun;
-    // The verify step also waits for the Node to be Ready again after the restart, then for
-    // KubeletAgreement on a kubelet read after it (what it confirmed lands in `verified`).
-    let verified = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
-    let svc: Box<dyn actuation::KubeletService + Send> = if dry_run {
-        svc
-    } else {
-        let wait = Duration::from_secs(args.actuation_verify_seconds.max(1));
-        let handle = tokio::runtime::Handle::current();
-        let ready = NodeReadyCheck::new(svc, handle.clone(), Api::all(client.clone()), node, wait);
-        Box::new(AgreementCheck::new(
-            Box::new(ready),
-            handle,
-            feed.clone(),
-            generation,
-            wait,
-            verified.clone(),
-        ))
-    };
-    let (topology, files_c) = (topology.clone(), files.clone());
-    let process = args.process.check(files);
+    Ok(engine_pods)
+}
+
+/// Restart and verify: the kubelet service of the flags, its verify step waiting for the
+/// Node to be Ready again after the restart, then for KubeletAgreement on a kubelet read
+/// after it (what it confirmed lands in `verified`); a dry run is not decorated.
+fn verified_service(
+    c: &Cluster,
+    generation: i64,
+    dry_run: bool,
+    verified: &std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> anyhow::Result<Box<dyn actuation::KubeletService + Send>> {
+    let svc = c.args.service_for(&c.files)?;
+    if dry_run {
+        return Ok(svc);
+    }
+    let wait = Duration::from_secs(c.args.actuation_verify_seconds.max(1));
+    let handle = tokio::runtime::Handle::current();
+    let ready = NodeReadyCheck::new(
+        svc,
+        handle.clone(),
+        Api::all(c.client.clone()),
+        &c.node,
+        wait,
+    );
+    Ok(Box::new(AgreementCheck::new(
+        Box::new(ready),
+        handle,
+        c.feed.clone(),
+        generation,
+        wait,
+        verified.clone(),
+    )))
+}
+
+/// The executor ([`actuation::apply`]) on a blocking thread; the error is the `Failed`
+/// verdict's message.
+async fn execute(
+    c: &Cluster,
+    pods: Vec<nodetopo_engine::Pod>,
+    desired: OwnedConfig,
+    dry_run: bool,
+    svc: Box<dyn actuation::KubeletService + Send>,
+) -> Result<ApplyReport, String> {
+    let (topology, files_c) = (c.topology.clone(), c.files.clone());
+    let process = c.args.process.check(&c.files);
     let joined = tokio::task::spawn_blocking(move || {
         let mut svc = svc;
         actuation::apply(
             &actuation::ApplyInput {
                 topology: &topology,
                 files: &files_c,
-                pods: &engine_pods,
+                pods: &pods,
                 desired: &desired,
                 dry_run,
                 process: process.as_ref(),
@@ -601,131 +337,220 @@ async fn apply_once(
         )
     })
     .await;
-    let mut report = match joined {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return failed(format!("{e:#}")),
-        Err(e) => return failed(format!("the apply task ended abnormally: {e}")),
-    };
+    match joined {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(format!("the apply task ended abnormally: {e}")),
+    }
+}
+
+/// Report: what the verify step confirmed ends an applied report's message.
+fn with_confirmation(report: &mut ApplyReport, confirmed: Option<String>) {
     if report.applied {
-        if let Some(confirmed) = verified.lock().ok().and_then(|mut v| v.take()) {
+        if let Some(confirmed) = confirmed {
             report.message = format!("{}; {confirmed}", report.message);
         }
     }
-    if let Some(line) = &report.kubelet_command_line {
-        tracing::info!(generation, "kubelet command line: {line}");
-    }
+}
+
+/// The evictions a report waiting for them asks for (with `Evict`, not in a dry run).
+async fn evictions_of(
+    c: &Cluster,
+    report: &ApplyReport,
+    eviction: EvictionMode,
+    dry_run: bool,
+) -> Vec<EvictionResult> {
     let mut evictions = Vec::new();
     if report.reason == "WaitingForEviction" && eviction == EvictionMode::Evict && !dry_run {
         for pod in pods_to_evict(&report.plan) {
-            evictions.push(evict(evict_client, &pod).await);
+            evictions.push(evict(&c.evict_client, &pod).await);
         }
     }
+    evictions
+}
+
+/// One apply of `generation` for `nt`, blocking work on a blocking thread: read the pods,
+/// drive the executor, ask for the evictions its plan needs, and judge the report.
+async fn apply_once(
+    c: &Cluster,
+    nt: &NodeTopology,
+    generation: i64,
+    eviction: EvictionMode,
+) -> Outcome {
+    let desired = match desired_from_spec(&nt.spec) {
+        Ok(d) => d,
+        Err(e) => {
+            return failed(
+                generation,
+                format!("the spec cannot be read as kubelet fields: {e:#}"),
+            )
+        }
+    };
+    let pods = match read_pods(c, generation).await {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let dry_run = c.args.kubelet_restart == RestartMode::DryRun;
+    let verified = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let svc = match verified_service(c, generation, dry_run, &verified) {
+        Ok(s) => s,
+        Err(e) => return failed(generation, format!("{e:#}")),
+    };
+    let mut report = match execute(c, pods, desired, dry_run, svc).await {
+        Ok(r) => r,
+        Err(msg) => return failed(generation, msg),
+    };
+    with_confirmation(&mut report, verified.lock().ok().and_then(|mut v| v.take()));
+    if let Some(line) = &report.kubelet_command_line {
+        tracing::info!(generation, "kubelet command line: {line}");
+    }
+    let evictions = evictions_of(c, &report, eviction, dry_run).await;
     outcome_of(
         generation,
-        files,
+        &c.files,
         &report,
         eviction,
         &evictions,
-        backups_present(files),
+        backups_present(&c.files),
     )
 }
 
-/// Follows the node's NodeTopology and acts on marks until the event receiver is gone.
+/// Whether a re-plan waiting for evictions comes too soon: at most one per retry period
+/// (the agent's own status writes wake the loop too). Pure.
+pub fn too_soon(
+    step: &Step,
+    generation: Option<i64>,
+    last: Option<&Last>,
+    since_attempt: Option<Duration>,
+    retry: Duration,
+) -> bool {
+    matches!(step, Step::Apply { .. })
+        && last.is_some_and(|l| Some(l.0) == generation && l.1 == reason::WAITING_FOR_EVICTION)
+        && since_attempt.is_some_and(|t| t < retry)
+}
+
+/// What the loop remembers between reads of the NodeTopology.
+#[derive(Default)]
+struct Judged {
+    /// The last verdict published (from the object at the first read).
+    last: Option<Last>,
+    /// The evictions already requested for the generation.
+    earlier: Earlier,
+    /// When the last apply began.
+    last_attempt: Option<std::time::Instant>,
+    /// The object's own last verdict was read.
+    started: bool,
+}
+
+impl Judged {
+    /// The verdict for the NodeTopology as read now, if any: a report, or an apply's.
+    async fn judge(&mut self, c: &Cluster, nt: &NodeTopology, retry: Duration) -> Option<Outcome> {
+        if !self.started {
+            self.last = last_of(nt);
+            self.started = true;
+        }
+        let step = next_step(
+            c.args.actuation,
+            nt.metadata.generation,
+            annotation(nt, APPLY_GENERATION_ANNOTATION),
+            annotation(nt, EVICTION_ANNOTATION),
+            self.last.as_ref(),
+        );
+        let since = self.last_attempt.map(|t| t.elapsed());
+        let soon = too_soon(
+            &step,
+            nt.metadata.generation,
+            self.last.as_ref(),
+            since,
+            retry,
+        );
+        match step {
+            _ if soon => None,
+            Step::Idle => None,
+            Step::Report(o) => Some(*o),
+            Step::Apply {
+                generation,
+                eviction,
+            } => {
+                tracing::info!(generation, ?eviction, "applying the spec to the kubelet");
+                self.last_attempt = Some(std::time::Instant::now());
+                Some(apply_once(c, nt, generation, eviction).await)
+            }
+        }
+    }
+
+    /// Records `o` (the earlier steps of its generation first), logs it and returns it to
+    /// publish.
+    fn record(&mut self, o: Outcome) -> Outcome {
+        let o = self.earlier.record(o);
+        tracing::info!(
+            generation = o.generation,
+            applied = o.condition.status,
+            reason = %o.condition.reason,
+            "{}",
+            o.condition.message
+        );
+        self.last = Some((o.generation, o.condition.reason.clone(), o.condition.status));
+        o
+    }
+}
+
+/// Evictions use a client that does not retry 429 itself: a refusal by a
+/// PodDisruptionBudget is an answer to report, and the re-plan retries later.
+async fn evict_client(client: &Client) -> Client {
+    match kube::Config::infer().await {
+        Ok(mut c) => {
+            c.default_retry = false;
+            Client::try_from(c).unwrap_or_else(|_| client.clone())
+        }
+        Err(_) => client.clone(),
+    }
+}
+
+/// Follows the node's NodeTopology and acts on marks until the verdict receiver is gone.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     node: String,
     topology: CpuTopology,
     kubelet_state: PathBuf,
     args: ActuationArgs,
-    tx: tokio::sync::mpsc::Sender<Event>,
+    tx: tokio::sync::mpsc::Sender<Outcome>,
     feed: AgreementFeed,
+    pods_of: PodReader,
 ) {
     let files = KubeletFiles {
         config: args.kubelet_config.clone(),
         config_dir: args.kubelet_config_dir.clone(),
         state: kubelet_state,
     };
-    // Evictions use a client that does not retry 429 itself: a refusal by a
-    // PodDisruptionBudget is an answer to report, and the re-plan retries later.
-    let evict_client = match kube::Config::infer().await {
-        Ok(mut c) => {
-            c.default_retry = false;
-            Client::try_from(c).unwrap_or_else(|_| client.clone())
-        }
-        Err(_) => client.clone(),
+    let c = Cluster {
+        evict_client: evict_client(&client).await,
+        client,
+        node,
+        topology,
+        files,
+        args,
+        feed,
+        pods_of,
     };
-    let api: Api<NodeTopology> = Api::all(client.clone());
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let api: Api<NodeTopology> = Api::all(c.client.clone());
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={}", c.node));
     let mut changes = watcher(api.clone(), cfg).boxed();
-    let retry = Duration::from_secs(args.actuation_retry_seconds.max(1));
-    let mut last: Option<Last> = None;
-    let mut earlier = Earlier::default();
-    let mut last_attempt: Option<std::time::Instant> = None;
-    let mut first = true;
+    let retry = Duration::from_secs(c.args.actuation_retry_seconds.max(1));
+    let mut judged = Judged::default();
     loop {
-        match api.get_opt(&node).await {
+        match api.get_opt(&c.node).await {
             Ok(Some(nt)) => {
-                if first {
-                    last = last_of(&nt);
-                    first = false;
-                }
-                let step = next_step(
-                    args.actuation,
-                    nt.metadata.generation,
-                    annotation(&nt, APPLY_GENERATION_ANNOTATION),
-                    annotation(&nt, EVICTION_ANNOTATION),
-                    last.as_ref(),
-                );
-                // While waiting for evictions, re-plan at most once per retry period (the
-                // agent's own status writes wake this loop too).
-                let too_soon = matches!(step, Step::Apply { .. })
-                    && last.as_ref().is_some_and(|l| {
-                        Some(l.0) == nt.metadata.generation && l.1 == reason::WAITING_FOR_EVICTION
-                    })
-                    && last_attempt.is_some_and(|t| t.elapsed() < retry);
-                let outcome = match step {
-                    _ if too_soon => None,
-                    Step::Idle => None,
-                    Step::Report(o) => Some(*o),
-                    Step::Apply {
-                        generation,
-                        eviction,
-                    } => {
-                        tracing::info!(generation, ?eviction, "applying the spec to the kubelet");
-                        last_attempt = Some(std::time::Instant::now());
-                        Some(
-                            apply_once(
-                                &client,
-                                &evict_client,
-                                &node,
-                                &topology,
-                                &files,
-                                &args,
-                                &nt,
-                                generation,
-                                eviction,
-                                &feed,
-                            )
-                            .await,
-                        )
-                    }
-                };
-                if let Some(o) = outcome.map(|o| earlier.record(o)) {
-                    tracing::info!(
-                        generation = o.generation,
-                        applied = o.condition.status,
-                        reason = %o.condition.reason,
-                        "{}",
-                        o.condition.message
-                    );
-                    last = Some((o.generation, o.condition.reason.clone(), o.condition.status));
-                    if tx.send(Event::Actuation(Box::new(o))).await.is_err() {
+                if let Some(o) = judged.judge(&c, &nt, retry).await {
+                    let o = judged.record(o);
+                    if tx.send(o).await.is_err() {
                         return;
                     }
                 }
             }
             Ok(None) => {}
-            Err(e) => tracing::warn!("actuation: reading NodeTopology {node}: {e}"),
+            Err(e) => tracing::warn!("actuation: reading NodeTopology {}: {e}", c.node),
         }
         // Wake on any change of the object, or after the retry period.
         tokio::select! {

@@ -35,6 +35,16 @@ use crate::daemon::shells::restore::load_checkpoint;
 use crate::daemon::shells::Node;
 use nodetopo_runtime::shutdown::Shutdown;
 
+/// A pod of the node's pod list as actuation's executor plans with it: `None` when its
+/// CPUs are released (Succeeded, Failed).
+fn running_pod(p: &K8sPod) -> Result<Option<nodetopo_engine::Pod>, String> {
+    match PodInfo::from_k8s(p) {
+        Ok(info) if !info.terminal => Ok(Some(info.pod)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The watcher configuration of the node's pods.
 pub fn pod_watch_config(node: &str) -> watcher::Config {
     watcher::Config::default().fields(&format!("spec.nodeName={node}"))
@@ -381,9 +391,10 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
             seen: seen_rx,
             read_now: read_now.clone(),
         },
+        running_pod,
     ));
     let actuation_events = futures::stream::unfold(act_rx, |mut rx| async move {
-        rx.recv().await.map(|ev| (ev, rx))
+        rx.recv().await.map(|o| (Event::Actuation(Box::new(o)), rx))
     });
     let mut events = futures::stream::select(
         futures::stream::select(
