@@ -178,103 +178,142 @@ pub fn outcome_of(
     evictions: &[EvictionResult],
     backups: Vec<String>,
 ) -> Outcome {
-    let mut done = Vec::new();
-    match report.recovery {
-        Recovery::Nothing => {}
-        Recovery::RolledBack => {
-            done.push("rolled an interrupted apply back from its backups".to_string())
-        }
-        Recovery::RolledForward => {
-            done.push("finished an interrupted apply (its files were in place)".to_string())
-        }
-    }
-    let dropin = files.dropin().display().to_string();
-    let state = files.state.display().to_string();
-    let (status, why, message) = match report.reason.as_str() {
-        "NoChange" => (true, reason::NO_CHANGE, report.message.clone()),
-        "RestartOnly" => {
-            done.push(format!("backed up and wrote {dropin} (mode 0644)"));
-            done.push("restarted the kubelet".into());
-            done.push(VERIFIED.into());
-            (true, reason::RESTART_ONLY, report.message.clone())
-        }
-        "StateRewritten" => {
-            done.push("stopped the kubelet".into());
-            done.push(format!(
-                "backed up {state} to {}",
-                backup_of(&files.state).display()
-            ));
-            done.push(format!("rewrote {state} with the kubelet's checksum"));
-            done.push(format!("wrote {dropin} (mode 0644)"));
-            done.push("started the kubelet".into());
-            done.push(VERIFIED.into());
-            (true, reason::STATE_REWRITTEN, report.message.clone())
-        }
-        "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
-        "DryRun" => {
-            done.extend(
-                report
-                    .actions
-                    .iter()
-                    .map(|a| format!("dry run, not done: would {a}")),
-            );
-            (
-                false,
-                reason::DRY_RUN,
-                format!(
-                    "dry run (--kubelet-restart none): nothing was changed and the kubelet was not restarted; the plan is {}: {}",
-                    report.plan.class, report.message
-                ),
-            )
-        }
-        "WaitingForEviction" => {
-            let pods = pods_to_evict(&report.plan);
-            if eviction == EvictionMode::Never {
-                (
-                    false,
-                    reason::EVICTION_NOT_ALLOWED,
-                    format!(
-                        "the plan needs {} evicted and the policy's rollout.eviction is Never; nothing was changed: {}",
-                        pods.join(", "),
-                        report.message
-                    ),
-                )
-            } else {
-                let mut answers = Vec::new();
-                for e in evictions {
-                    match &e.result {
-                        Ok(()) => {
-                            done.push(format!("eviction of {} {ACCEPTED_EVICTION}", e.pod));
-                            answers.push(format!("{}: eviction accepted", e.pod));
-                        }
-                        Err(why) => {
-                            done.push(format!("eviction of {} refused: {why}", e.pod));
-                            answers.push(format!("{}: eviction refused: {why}", e.pod));
-                        }
-                    }
-                }
-                (
-                    false,
-                    reason::WAITING_FOR_EVICTION,
-                    format!(
-                        "waiting until the kubelet has released the CPUs of {} ({}); {}",
-                        pods.join(", "),
-                        answers.join("; "),
-                        report.message
-                    ),
-                )
-            }
-        }
-        _ => {
-            done.push(format!("attempted and rolled back: {}", report.message));
-            (false, reason::FAILED, report.message.clone())
-        }
-    };
+    let mut done: Vec<String> = recovery_done(&report.recovery).into_iter().collect();
+    let (status, why, message) = verdict(files, report, eviction, evictions, &mut done);
     Outcome {
         generation,
         condition: ConditionSpec::new(conditions::APPLIED, status, why, message),
         change: Some(change_status(generation, &report.plan, done, backups)),
     }
+}
+
+/// The `Applied` condition's status, reason and message for a report, with what was done
+/// added to `done`.
+fn verdict(
+    files: &KubeletFiles,
+    report: &ApplyReport,
+    eviction: EvictionMode,
+    evictions: &[EvictionResult],
+    done: &mut Vec<String>,
+) -> (bool, &'static str, String) {
+    match report.reason.as_str() {
+        "NoChange" => (true, reason::NO_CHANGE, report.message.clone()),
+        "RestartOnly" => {
+            done.extend(restart_only_done(files));
+            (true, reason::RESTART_ONLY, report.message.clone())
+        }
+        "StateRewritten" => {
+            done.extend(state_rewritten_done(files));
+            (true, reason::STATE_REWRITTEN, report.message.clone())
+        }
+        "DrainRequired" => (false, reason::DRAIN_REQUIRED, report.message.clone()),
+        "DryRun" => dry_run_verdict(report, done),
+        "WaitingForEviction" => eviction_verdict(report, eviction, evictions, done),
+        _ => {
+            done.push(format!("attempted and rolled back: {}", report.message));
+            (false, reason::FAILED, report.message.clone())
+        }
+    }
+}
+
+/// What recovery did before the apply, as a `done` entry.
+fn recovery_done(recovery: &Recovery) -> Option<String> {
+    match recovery {
+        Recovery::Nothing => None,
+        Recovery::RolledBack => {
+            Some("rolled an interrupted apply back from its backups".to_string())
+        }
+        Recovery::RolledForward => {
+            Some("finished an interrupted apply (its files were in place)".to_string())
+        }
+    }
+}
+
+/// The steps of a verified RestartOnly apply.
+fn restart_only_done(files: &KubeletFiles) -> Vec<String> {
+    let dropin = files.dropin().display().to_string();
+    vec![
+        format!("backed up and wrote {dropin} (mode 0644)"),
+        "restarted the kubelet".into(),
+        VERIFIED.into(),
+    ]
+}
+
+/// The steps of a verified RewriteState apply.
+fn state_rewritten_done(files: &KubeletFiles) -> Vec<String> {
+    let dropin = files.dropin().display().to_string();
+    let state = files.state.display().to_string();
+    vec![
+        "stopped the kubelet".into(),
+        format!("backed up {state} to {}", backup_of(&files.state).display()),
+        format!("rewrote {state} with the kubelet's checksum"),
+        format!("wrote {dropin} (mode 0644)"),
+        "started the kubelet".into(),
+        VERIFIED.into(),
+    ]
+}
+
+/// A dry run: what it would have done, nothing done.
+fn dry_run_verdict(report: &ApplyReport, done: &mut Vec<String>) -> (bool, &'static str, String) {
+    done.extend(
+        report
+            .actions
+            .iter()
+            .map(|a| format!("dry run, not done: would {a}")),
+    );
+    (
+        false,
+        reason::DRY_RUN,
+        format!(
+            "dry run (--kubelet-restart none): nothing was changed and the kubelet was not restarted; the plan is {}: {}",
+            report.plan.class, report.message
+        ),
+    )
+}
+
+/// A plan that needs pods gone: not allowed (`Never`), or waiting with each eviction's
+/// answer.
+fn eviction_verdict(
+    report: &ApplyReport,
+    eviction: EvictionMode,
+    evictions: &[EvictionResult],
+    done: &mut Vec<String>,
+) -> (bool, &'static str, String) {
+    let pods = pods_to_evict(&report.plan);
+    if eviction == EvictionMode::Never {
+        return (
+            false,
+            reason::EVICTION_NOT_ALLOWED,
+            format!(
+                "the plan needs {} evicted and the policy's rollout.eviction is Never; nothing was changed: {}",
+                pods.join(", "),
+                report.message
+            ),
+        );
+    }
+    let mut answers = Vec::new();
+    for e in evictions {
+        match &e.result {
+            Ok(()) => {
+                done.push(format!("eviction of {} {ACCEPTED_EVICTION}", e.pod));
+                answers.push(format!("{}: eviction accepted", e.pod));
+            }
+            Err(why) => {
+                done.push(format!("eviction of {} refused: {why}", e.pod));
+                answers.push(format!("{}: eviction refused: {why}", e.pod));
+            }
+        }
+    }
+    (
+        false,
+        reason::WAITING_FOR_EVICTION,
+        format!(
+            "waiting until the kubelet has released the CPUs of {} ({}); {}",
+            pods.join(", "),
+            answers.join("; "),
+            report.message
+        ),
+    )
 }
 
 /// What was done for one generation in earlier attempts (accepted evictions), to carry into
