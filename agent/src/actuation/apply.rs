@@ -7,12 +7,13 @@ use nodetopo_kubelet::cmdline as kubelet_cmdline;
 
 use super::plan::replan;
 use super::plan::{dry_run_actions, resolved_desired, target_of_apply};
-use super::recover::rollback::{self, MAX_DROPIN_BYTES, MAX_STATE_BYTES};
-use super::recover::{recover, undo, Recovery};
+
+use super::recover::rollback;
+use super::recover::{recover, roll_back_and_start, Recovery};
 use super::report::{report, ApplyReport};
-use super::stage::{mode_of, write_journal, Journal, KUBELET_STATE_MODE};
+use super::stage;
 use super::verify::verify;
-use super::{backup_of, guard, AllowedWrites, KubeletFiles, KubeletService, Step};
+use super::{guard, restart, AllowedWrites, KubeletFiles, KubeletService, Step};
 
 /// Everything an apply needs.
 pub struct ApplyInput<'a> {
@@ -74,13 +75,8 @@ pub(super) fn plan_and_carry_out(
         .first()
         .map(|s| s.reason.clone())
         .unwrap_or_default();
-    match plan.class {
-        ChangeClass::NoChange => return Ok(report(true, "NoChange", first, recovery, plan)),
-        ChangeClass::EvictFirst => {
-            return Ok(report(false, "WaitingForEviction", first, recovery, plan))
-        }
-        ChangeClass::Drain => return Ok(report(false, "DrainRequired", first, recovery, plan)),
-        ChangeClass::RestartOnly | ChangeClass::RewriteState => {}
+    if let Some((applied, reason)) = not_carried_out(plan.class) {
+        return Ok(report(applied, reason, first, recovery, plan));
     }
     if input.dry_run {
         let mut r = report(false, "DryRun", first, recovery, plan);
@@ -100,6 +96,17 @@ pub(super) fn plan_and_carry_out(
     }
 }
 
+/// The report (applied, reason) of a plan the executor does not carry out: nothing to do,
+/// or pods must go first (evictions happen in the cluster agent, never here). Pure.
+fn not_carried_out(class: ChangeClass) -> Option<(bool, &'static str)> {
+    match class {
+        ChangeClass::NoChange => Some((true, "NoChange")),
+        ChangeClass::EvictFirst => Some((false, "WaitingForEviction")),
+        ChangeClass::Drain => Some((false, "DrainRequired")),
+        ChangeClass::RestartOnly | ChangeClass::RewriteState => None,
+    }
+}
+
 /// Arms the guard, stops (when the state is rewritten), re-plans, backs up, writes,
 /// (re)starts, verifies (`check`), commits; on failure rolls back and starts again.
 /// `planned` is the plan made before; `replan` makes it again from the files as they are
@@ -112,21 +119,51 @@ pub(super) fn carry_out(
     check: &dyn Fn(&mut dyn KubeletService) -> Result<(), String>,
     svc: &mut dyn KubeletService,
 ) -> Result<(), String> {
-    let e = |what: &str, err: anyhow::Error| format!("{what}: {err:#}");
     let w = AllowedWrites::of(files);
-    let dropin_path = files.dropin();
     // 0. The guard, before anything changes: from here the kubelet comes back whatever
     // happens to the agent.
+    let guarded = arm(svc)?;
+    // 1. Stop (a state rewrite) and plan again from the files as they are now.
+    let stops = replan::stops_first(planned);
+    let target = stop_and_replan(planned, stops, replan, svc)?;
+    // 2. Backups, durable, taken now (after the stop), before anything changes.
+    let staged = stage::back_up(&w, files, &target, stops, svc)?;
+    // 3.-4. The journal (from here a crash rolls back), then the new files; 5.-6. start
+    // and verify. A failure rolls back and starts the kubelet on the old files.
+    let written = stage::write_new(&w, files, &target, &staged, svc)
+        .and_then(|()| restart::start_new(stops, svc))
+        .and_then(|()| {
+            check(svc).map_err(|why| format!("verification failed: {why}"))?;
+            svc.reached(Step::Verified);
+            Ok(())
+        });
+    if let Err(why) = written {
+        return Err(roll_back_and_start(&w, files, &staged.journal, svc, why));
+    }
+    // 7. Commit: remove the journal, unless the guard claimed it first.
+    commit(files, guarded, svc)
+}
+
+/// Arms the guard; `true` when there is one. A failure changes nothing.
+fn arm(svc: &mut dyn KubeletService) -> Result<bool, String> {
     let guarded = svc.arm_guard().map_err(|x| {
         format!(
             "arming the guard failed, so nothing was changed (the kubelet was not stopped): {x}"
         )
     })?;
     svc.reached(Step::Armed);
-    // 1. Stop the kubelet (a state rewrite: a running kubelet rewrites its checkpoint from
-    // memory), then read its files again and re-plan: the kubelet may have checkpointed an
-    // assignment since the plan.
-    let stops = replan::stops_first(planned);
+    Ok(guarded)
+}
+
+/// Stops the kubelet when `stops` (a running kubelet rewrites its checkpoint from memory),
+/// then reads its files again and re-plans: the kubelet may have checkpointed an assignment
+/// since the plan. A plan of another class, or any failure, starts the kubelet unchanged.
+fn stop_and_replan(
+    planned: &replan::Target,
+    stops: bool,
+    replan: &mut dyn FnMut() -> anyhow::Result<replan::Target>,
+    svc: &mut dyn KubeletService,
+) -> Result<replan::Target, String> {
     if stops {
         if let Err(x) = svc.stop() {
             return Err(replan::unchanged(
@@ -143,7 +180,7 @@ pub(super) fn carry_out(
             return Err(replan::unchanged(
                 svc,
                 stops,
-                e("reading the kubelet's files again before the change", x),
+                format!("reading the kubelet's files again before the change: {x:#}"),
             ))
         }
     };
@@ -151,129 +188,12 @@ pub(super) fn carry_out(
         return Err(replan::unchanged(svc, stops, why));
     }
     svc.reached(Step::Replanned);
-    let new_state = target.new_state.as_deref();
-    // 2. Backups, durable, taken now (after the stop), before anything changes.
-    let old_dropin = match rollback::read_opt(&dropin_path, MAX_DROPIN_BYTES, "the drop-in") {
-        Ok(b) => b,
-        Err(x) => return Err(replan::unchanged(svc, stops, e("reading the drop-in", x))),
-    };
-    let old_state = match rollback::read_opt(&files.state, MAX_STATE_BYTES, "the state file") {
-        Ok(b) => b,
-        Err(x) => return Err(replan::unchanged(svc, stops, e("reading the state", x))),
-    };
-    if let Some(b) = &old_dropin {
-        if let Err(x) = w.write_mode(&backup_of(&dropin_path), b, mode_of(&dropin_path, 0o644)) {
-            return Err(replan::unchanged(
-                svc,
-                stops,
-                format!("backing up the drop-in: {x}"),
-            ));
-        }
-    }
-    // The state file and its backup keep the state file's mode (the kubelet's 0600).
-    let state_mode = mode_of(&files.state, KUBELET_STATE_MODE);
-    if new_state.is_some() {
-        if let Some(b) = &old_state {
-            if let Err(x) = w.write_mode(&backup_of(&files.state), b, state_mode) {
-                return Err(replan::unchanged(
-                    svc,
-                    stops,
-                    format!("backing up the state: {x}"),
-                ));
-            }
-        }
-    }
-    svc.reached(Step::BackedUp);
-    // 3. The journal: from here a crash rolls back.
-    let mut journal = Journal {
-        phase: "applying".into(),
-        dropin_existed: old_dropin.is_some(),
-        state_existed: old_state.is_some(),
-        writes_state: new_state.is_some(),
-    };
-    let undo_journal = journal.clone();
-    let rollback = |svc: &mut dyn KubeletService, why: String| -> String {
-        let mut msg = why;
-        let _ = svc.stop();
-        if let Err(x) = undo(&w, files, &undo_journal) {
-            // The pair may be mixed: the journal stays (in `applying`), so the next apply
-            // or `apply --recover-only` rolls back again; the kubelet is started anyway (it
-            // was stopped), but nothing is claimed about its health.
-            msg.push_str(&format!(
-                "; the rollback failed: {x}; the journal {} is kept, so the next apply (or apply --recover-only) tries the rollback again",
-                files.journal().display()
-            ));
-            match svc.start() {
-                Ok(()) => msg.push_str("; the kubelet was started on the files as they are"),
-                Err(x) => msg.push_str(&format!("; starting the kubelet failed too: {x}")),
-            }
-            return msg;
-        }
-        msg.push_str("; the previous configuration and state were restored");
-        match svc.start() {
-            Ok(()) => {
-                msg.push_str(" and the kubelet restarted");
-                match svc.recovered() {
-                    Ok(()) => msg.push_str(" (healthy again)"),
-                    Err(x) => msg.push_str(&format!(
-                        ", but it is not healthy again after the rollback: {x}"
-                    )),
-                }
-            }
-            Err(x) => msg.push_str(&format!(", but restarting the kubelet failed: {x}")),
-        }
-        if w.remove(&files.journal()).is_err() {
-            msg.push_str(" (the journal could not be removed; the next apply rolls back again)");
-        } else if let Err(x) = svc.disarm_guard() {
-            msg.push_str(&format!(" (disarming the guard failed: {x})"));
-        }
-        msg
-    };
-    if let Err(x) = write_journal(&w, files, &journal) {
-        return Err(rollback(svc, format!("writing the journal: {x:#}")));
-    }
-    svc.reached(Step::Journaled);
-    // 4. The new files.
-    if let Some(s) = new_state {
-        if let Err(x) = w.write_mode(&files.state, s.as_bytes(), state_mode) {
-            return Err(rollback(svc, format!("writing the state failed: {x}")));
-        }
-    }
-    svc.reached(Step::StateWritten);
-    let put = match &target.dropin {
-        Some(d) => w
-            .write(&dropin_path, d.as_bytes())
-            .map_err(anyhow::Error::from),
-        None => w.remove(&dropin_path),
-    };
-    if let Err(x) = put {
-        return Err(rollback(svc, format!("writing the drop-in failed: {x:#}")));
-    }
-    svc.reached(Step::DropinWritten);
-    journal.phase = "written".into();
-    if let Err(x) = write_journal(&w, files, &journal) {
-        return Err(rollback(svc, format!("{x:#}")));
-    }
-    svc.reached(Step::Written);
-    // 5. Start (after a stop) or restart (RestartOnly: the kubelet reads its configuration
-    // only when it starts, so the drop-in can go in while it runs).
-    let started = if stops {
-        svc.start()
-            .map_err(|x| format!("starting the kubelet failed: {x}"))
-    } else {
-        svc.restart()
-            .map_err(|x| format!("restarting the kubelet failed: {x}"))
-    };
-    if let Err(x) = started {
-        return Err(rollback(svc, x));
-    }
-    svc.reached(Step::Started);
-    // 6. Verify.
-    if let Err(why) = check(svc) {
-        return Err(rollback(svc, format!("verification failed: {why}")));
-    }
-    svc.reached(Step::Verified);
-    // 7. Commit: remove the journal, unless the guard claimed it first.
+    Ok(target)
+}
+
+/// Removes the journal (the apply is committed) and disarms the guard; when the guard
+/// claimed the journal first, the apply was taken over (and undone) by it.
+fn commit(files: &KubeletFiles, guarded: bool, svc: &mut dyn KubeletService) -> Result<(), String> {
     match guard::take_journal(files) {
         Ok(true) => {
             if let Err(x) = svc.disarm_guard() {
@@ -293,3 +213,6 @@ pub(super) fn carry_out(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,6 +27,54 @@ pub(super) fn undo(w: &AllowedWrites, files: &KubeletFiles, j: &Journal) -> Resu
     )
 }
 
+/// Rolls a failed apply back (`why` says why) and starts the kubelet on the old files: the
+/// message says what the rollback did. A rollback that fails keeps the journal (the next
+/// apply, or `apply --recover-only`, rolls back again) and claims nothing about the
+/// kubelet's health.
+pub(super) fn roll_back_and_start(
+    w: &AllowedWrites,
+    files: &KubeletFiles,
+    journal: &Journal,
+    svc: &mut dyn KubeletService,
+    why: String,
+) -> String {
+    let mut msg = why;
+    let _ = svc.stop();
+    if let Err(x) = undo(w, files, journal) {
+        // The pair may be mixed: the journal stays (in `applying`), so the next apply
+        // or `apply --recover-only` rolls back again; the kubelet is started anyway (it
+        // was stopped), but nothing is claimed about its health.
+        msg.push_str(&format!(
+            "; the rollback failed: {x}; the journal {} is kept, so the next apply (or apply --recover-only) tries the rollback again",
+            files.journal().display()
+        ));
+        match svc.start() {
+            Ok(()) => msg.push_str("; the kubelet was started on the files as they are"),
+            Err(x) => msg.push_str(&format!("; starting the kubelet failed too: {x}")),
+        }
+        return msg;
+    }
+    msg.push_str("; the previous configuration and state were restored");
+    match svc.start() {
+        Ok(()) => {
+            msg.push_str(" and the kubelet restarted");
+            match svc.recovered() {
+                Ok(()) => msg.push_str(" (healthy again)"),
+                Err(x) => msg.push_str(&format!(
+                    ", but it is not healthy again after the rollback: {x}"
+                )),
+            }
+        }
+        Err(x) => msg.push_str(&format!(", but restarting the kubelet failed: {x}")),
+    }
+    if w.remove(&files.journal()).is_err() {
+        msg.push_str(" (the journal could not be removed; the next apply rolls back again)");
+    } else if let Err(x) = svc.disarm_guard() {
+        msg.push_str(&format!(" (disarming the guard failed: {x})"));
+    }
+    msg
+}
+
 /// What [`recover`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Recovery {

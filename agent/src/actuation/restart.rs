@@ -147,3 +147,18 @@ impl KubeletService for DryRun {
         Ok(())
     }
 }
+
+/// Starts the kubelet on the new files after a stop, or restarts it (RestartOnly: the
+/// kubelet reads its configuration only when it starts, so the drop-in can go in while it
+/// runs). The error is the reason to roll back.
+pub(super) fn start_new(stops: bool, svc: &mut dyn KubeletService) -> Result<(), String> {
+    if stops {
+        svc.start()
+            .map_err(|x| format!("starting the kubelet failed: {x}"))?;
+    } else {
+        svc.restart()
+            .map_err(|x| format!("restarting the kubelet failed: {x}"))?;
+    }
+    svc.reached(Step::Started);
+    Ok(())
+}
