@@ -112,7 +112,7 @@ pub(super) fn service_of(
     Box<dyn KubeletService + Send>,
     Option<tokio::runtime::Runtime>,
 )> {
-    let mut svc: Box<dyn KubeletService + Send> = match args.restart {
+    let svc: Box<dyn KubeletService + Send> = match args.restart {
         RestartMode::Systemd => {
             let timeout = std::time::Duration::from_secs(args.systemd_timeout_seconds);
             let verify = std::time::Duration::from_secs(if args.node.is_some() {
@@ -142,8 +142,18 @@ pub(super) fn service_of(
         }),
         RestartMode::DryRun => Box::new(DryRun::default()),
     };
-    // --node: the executor's verify step also waits for the Node (as in cluster mode); the
-    // runtime lives until the apply is done.
+    with_node_ready(args, svc)
+}
+
+/// `--node`: the executor's verify step also waits for the Node (as in cluster mode); the
+/// runtime lives until the apply is done.
+fn with_node_ready(
+    args: &Args,
+    mut svc: Box<dyn KubeletService + Send>,
+) -> anyhow::Result<(
+    Box<dyn KubeletService + Send>,
+    Option<tokio::runtime::Runtime>,
+)> {
     let runtime = match &args.node {
         Some(node) if args.restart != RestartMode::DryRun => {
             let rt = tokio::runtime::Builder::new_multi_thread()

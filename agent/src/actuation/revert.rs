@@ -126,22 +126,32 @@ pub fn revert(
     let mut again = || target_of_revert(input, &flags).map(|(t, _)| t);
     let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &own, &flags, svc);
     match carry_out(files, &target, &mut again, &check, svc) {
-        Ok(()) => {
-            let mut msg = format!(
-                "{} removed; the kubelet runs the node's own configuration",
-                files.dropin().display()
-            );
-            if target.new_state.is_some() {
-                msg.push_str(&format!(
-                    " and {} was rewritten for it",
-                    files.state.display()
-                ));
-            }
-            if let Err(x) = remove_backups(files) {
-                msg.push_str(&format!(" (removing the backups failed: {x:#})"));
-            }
-            Ok(report(true, "Reverted", msg, recovery, plan))
-        }
+        Ok(()) => Ok(report(
+            true,
+            "Reverted",
+            finish(files, &target),
+            recovery,
+            plan,
+        )),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
     }
+}
+
+/// After a verified revert: the backups removed (nothing of nodetopo's stays); the message
+/// says what was done.
+fn finish(files: &KubeletFiles, target: &Target) -> String {
+    let mut msg = format!(
+        "{} removed; the kubelet runs the node's own configuration",
+        files.dropin().display()
+    );
+    if target.new_state.is_some() {
+        msg.push_str(&format!(
+            " and {} was rewritten for it",
+            files.state.display()
+        ));
+    }
+    if let Err(x) = remove_backups(files) {
+        msg.push_str(&format!(" (removing the backups failed: {x:#})"));
+    }
+    msg
 }
