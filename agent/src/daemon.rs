@@ -12,8 +12,6 @@ use anyhow::Context;
 use nodetopo_engine::CpuTopology;
 use nodetopo_runtime::log::LogFormat;
 
-pub mod actuation;
-pub mod agreement;
 pub mod checkpoint;
 pub mod core;
 pub mod inputs;
@@ -107,7 +105,7 @@ pub struct Args {
     pub kubelet_cgroup_root: String,
     /// Cluster mode: actuation (off by default; see docs/actuation.md).
     #[command(flatten)]
-    pub actuation: actuation::ActuationArgs,
+    pub actuation: crate::actuation::cluster::ActuationArgs,
 }
 
 /// The machine's topology, from a preset or a sysfs tree.
@@ -177,7 +175,7 @@ fn local_config(args: &Args) -> anyhow::Result<shells::local::Config> {
 fn kubelet_config_paths(args: &Args) -> shells::kube::KubeletConfigPaths {
     let a = &args.actuation;
     let dir = &a.kubelet_config_dir;
-    let files = crate::actuate::KubeletFiles {
+    let files = crate::actuation::KubeletFiles {
         config: a.kubelet_config.clone(),
         config_dir: dir.clone(),
         state: args.kubelet_state.clone(),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-mod actuate;
+mod actuation;
 mod daemon;
 mod preflight;
 mod state_dir;
@@ -22,11 +22,11 @@ pub enum Command {
     PrepareStateDir(state_dir::Args),
     /// Make the kubelet run a policy's CPU/topology-manager settings (drop-in, state
     /// rewrite, restart, verify, roll back on failure); see docs/actuation.md.
-    Apply(Box<actuate::Args>),
+    Apply(Box<actuation::Args>),
     /// Take the node back to its own kubelet configuration (remove nodetopo's drop-in,
     /// rewrite the CPU manager state when the old policy needs it, restart with the same
     /// safety as apply, remove the backups); the same flags as apply, without --policy.
-    Revert(Box<actuate::Args>),
+    Revert(Box<actuation::Args>),
     /// Check this node for actuation (the kubelet's --config-dir and --config, the drop-in
     /// directory, systemd's socket) and print the exact change for each gap; see
     /// docs/node-setup.md.
@@ -39,8 +39,8 @@ impl Command {
         match self {
             Command::Run(a) => daemon::run(*a),
             Command::PrepareStateDir(a) => state_dir::run(a),
-            Command::Apply(a) => actuate::run(*a),
-            Command::Revert(a) => actuate::run_revert(*a),
+            Command::Apply(a) => actuation::run(*a),
+            Command::Revert(a) => actuation::run_revert(*a),
             Command::Preflight(a) => preflight::run(a),
         }
     }

@@ -21,15 +21,14 @@ use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
-use nodetopo_crds::{
-    ChangeStatus, NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport,
-};
+use nodetopo_crds::{NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, PoolsReport};
 use nodetopo_engine::admission::{replay, NodeAdmitter};
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
 use nodetopo_engine::{CpuTopology, Pod, QosClass};
 use nodetopo_kubelet::pods::manifest;
 
+pub use crate::actuation::cluster::Outcome;
 use crate::daemon::checkpoint::{self, CheckpointData};
 use crate::daemon::inputs::kubelet_actual::{self, KubeletActual};
 use crate::daemon::inputs::podresources::KubeletView;
@@ -175,18 +174,6 @@ fn manifest_of(p: &k8s_openapi::api::core::v1::Pod) -> manifest::Pod {
             message: s.message.clone(),
         }),
     }
-}
-
-/// An actuation verdict for one generation (made by the actuation shell, published by
-/// the core): the `Applied` condition and `status.change`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// The NodeTopology generation judged.
-    pub generation: i64,
-    /// The `Applied` condition.
-    pub condition: ConditionSpec,
-    /// What was planned and done (absent when nothing was planned).
-    pub change: Option<ChangeStatus>,
 }
 
 /// What the core reacts to.

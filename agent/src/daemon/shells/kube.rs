@@ -19,8 +19,8 @@ use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::{NodeTopology, NodeTopologyStatus, AGENT_FIELD_MANAGER};
 use nodetopo_engine::CpuTopology;
 
-use crate::daemon::actuation::ActuationArgs;
-use crate::daemon::agreement::{AgreementFeed, AgreementSeen};
+use crate::actuation::agreement::{AgreementFeed, AgreementSeen};
+use crate::actuation::cluster::ActuationArgs;
 use crate::daemon::checkpoint;
 use crate::daemon::core::{Core, Event, PodInfo};
 use crate::daemon::inputs::kubelet_config;
@@ -34,6 +34,16 @@ use crate::daemon::shells::cycle::{now, Cycle};
 use crate::daemon::shells::restore::load_checkpoint;
 use crate::daemon::shells::Node;
 use nodetopo_runtime::shutdown::Shutdown;
+
+/// A pod of the node's pod list as actuation's executor plans with it: `None` when its
+/// CPUs are released (Succeeded, Failed).
+fn running_pod(p: &K8sPod) -> Result<Option<nodetopo_engine::Pod>, String> {
+    match PodInfo::from_k8s(p) {
+        Ok(info) if !info.terminal => Ok(Some(info.pod)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 /// The watcher configuration of the node's pods.
 pub fn pod_watch_config(node: &str) -> watcher::Config {
@@ -370,7 +380,7 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
     // restart: each cycle publishes what was seen, and the step can ask for a read now.
     let (seen_tx, seen_rx) = tokio::sync::watch::channel(None);
     let read_now = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(crate::daemon::actuation::run(
+    tokio::spawn(crate::actuation::cluster::run(
         client.clone(),
         node.clone(),
         topology.clone(),
@@ -381,9 +391,10 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
             seen: seen_rx,
             read_now: read_now.clone(),
         },
+        running_pod,
     ));
     let actuation_events = futures::stream::unfold(act_rx, |mut rx| async move {
-        rx.recv().await.map(|ev| (ev, rx))
+        rx.recv().await.map(|o| (Event::Actuation(Box::new(o)), rx))
     });
     let mut events = futures::stream::select(
         futures::stream::select(

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
-use super::{AfterStart, KubeletService, StartCheck, Started};
+use crate::actuation::{AfterStart, KubeletService, StartCheck, Started};
 
 /// Whether `node` shows a kubelet that is Ready and has posted its status at or after
 /// `since` (whole seconds). The error says what was seen.

@@ -29,7 +29,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{KubeletFiles, ProcessArgs};
+use crate::actuation::{KubeletFiles, ProcessArgs};
 
 /// The transient unit's name (one per node: arming replaces a stale one).
 pub const GUARD_UNIT: &str = "nodetopo-kubelet-guard.service";
@@ -44,7 +44,7 @@ pub const GUARD_STOP_TIMEOUT: Duration = Duration::from_secs(300);
 /// The guard's program, run as `/bin/sh -c SCRIPT nodetopo-guard DELAY JOURNAL UNIT DROPIN
 /// STATE` (paths as positional parameters: nothing is quoted into the script).
 ///
-/// It reads the journal's JSON by its compact keys, as [`super::Journal`] serializes them
+/// It reads the journal's JSON by its compact keys, as [`crate::actuation::stage::Journal`] serializes them
 /// (`"dropinExisted":true`, `"writesState":true`, `"stateExisted":true`; a test checks the
 /// serialization).
 pub const SCRIPT: &str = r#"set -u

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::super::{apply, ApplyInput, Journal, KubeletFiles, KubeletService, Step, STEPS};
 use super::*;
+use crate::actuation::stage::Journal;
+use crate::actuation::{apply, ApplyInput, KubeletFiles, KubeletService, Step, STEPS};
 
 fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/diff")
@@ -226,8 +227,8 @@ fn a_claim_left_by_a_failed_restore_is_rolled_back_by_the_next_recovery() {
         die_at: None,
         armed: Arc::new(Mutex::new(false)),
     };
-    let r = super::super::recover(&files, &mut svc).unwrap();
-    assert_eq!(r, super::super::Recovery::RolledBack);
+    let r = crate::actuation::recover(&files, &mut svc).unwrap();
+    assert_eq!(r, crate::actuation::Recovery::RolledBack);
     assert!(pair(&files) == old);
     assert!(!files.journal().exists() && !claim_of(&files.journal()).exists());
 }

@@ -19,10 +19,13 @@ use nodetopo_engine::change::{ChangeClass, OwnedConfig};
 use nodetopo_kubelet::cmdline::ConfigFlags;
 use nodetopo_kubelet::config as kubelet;
 
-use super::replan::Target;
+use super::apply::carry_out;
+use super::plan::replan::Target;
+use super::plan::{dry_run_actions, plan_from_state, resolved_desired};
+use super::report::report;
+use super::verify::verify;
 use super::{
-    backup_of, carry_out, plan_from_state, recover, report, resolved_desired, verify,
-    AllowedWrites, ApplyReport, KubeletFiles, KubeletService, Recovery,
+    backup_of, recover, AllowedWrites, ApplyReport, KubeletFiles, KubeletService, Recovery,
 };
 
 /// What a revert needs.
@@ -117,28 +120,38 @@ pub fn revert(
     }
     if input.dry_run {
         let mut r = report(false, "DryRun", first, recovery, plan);
-        r.actions = super::dry_run_actions(files, &target);
+        r.actions = dry_run_actions(files, &target);
         return Ok(r);
     }
     let mut again = || target_of_revert(input, &flags).map(|(t, _)| t);
     let check = |svc: &mut dyn KubeletService| verify(files, input.topology, &own, &flags, svc);
     match carry_out(files, &target, &mut again, &check, svc) {
-        Ok(()) => {
-            let mut msg = format!(
-                "{} removed; the kubelet runs the node's own configuration",
-                files.dropin().display()
-            );
-            if target.new_state.is_some() {
-                msg.push_str(&format!(
-                    " and {} was rewritten for it",
-                    files.state.display()
-                ));
-            }
-            if let Err(x) = remove_backups(files) {
-                msg.push_str(&format!(" (removing the backups failed: {x:#})"));
-            }
-            Ok(report(true, "Reverted", msg, recovery, plan))
-        }
+        Ok(()) => Ok(report(
+            true,
+            "Reverted",
+            finish(files, &target),
+            recovery,
+            plan,
+        )),
         Err(why) => Ok(report(false, "Failed", why, recovery, plan)),
     }
+}
+
+/// After a verified revert: the backups removed (nothing of nodetopo's stays); the message
+/// says what was done.
+fn finish(files: &KubeletFiles, target: &Target) -> String {
+    let mut msg = format!(
+        "{} removed; the kubelet runs the node's own configuration",
+        files.dropin().display()
+    );
+    if target.new_state.is_some() {
+        msg.push_str(&format!(
+            " and {} was rewritten for it",
+            files.state.display()
+        ));
+    }
+    if let Err(x) = remove_backups(files) {
+        msg.push_str(&format!(" (removing the backups failed: {x:#})"));
+    }
+    msg
 }

@@ -5,7 +5,7 @@ use nodetopo_crds::conditions::{self, ConditionSpec};
 use tokio::sync::{watch, Notify};
 
 use super::{agreement_after_restart, AgreementCheck, AgreementFeed, AgreementSeen};
-use crate::actuate::KubeletService;
+use crate::actuation::KubeletService;
 
 fn seen(read_at: Instant, generation: i64, reason: &str, diffs: &[&str]) -> AgreementSeen {
     AgreementSeen {

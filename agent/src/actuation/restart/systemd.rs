@@ -20,8 +20,8 @@ use zbus::blocking::connection::Builder;
 use zbus::blocking::{Connection, Proxy};
 use zbus::zvariant::OwnedObjectPath;
 
-use super::guard::{GuardPlan, GUARD_STOP_TIMEOUT, GUARD_UNIT};
-use super::KubeletService;
+use crate::actuation::guard::{GuardPlan, GUARD_STOP_TIMEOUT, GUARD_UNIT};
+use crate::actuation::KubeletService;
 
 /// The system bus socket (the default address).
 pub const SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";

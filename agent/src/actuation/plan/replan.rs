@@ -11,7 +11,7 @@
 
 use nodetopo_engine::change::{ChangeClass, ChangePlan};
 
-use super::KubeletService;
+use crate::actuation::KubeletService;
 
 /// What an apply or a revert is about to do, planned from the files as they are.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@
 //! `KubeletAgreement` condition and its differences) on a watch channel, and reads the
 //! kubelet at once when asked (a [`tokio::sync::Notify`]), so the check does not wait for
 //! the 10 s read. [`AgreementCheck`] decorates the [`KubeletService`] the executor drives,
-//! like [`crate::actuate::node_ready::NodeReadyCheck`]: `start` and `restart` record when the new
+//! like [`crate::actuation::node_ready::NodeReadyCheck`]: `start` and `restart` record when the new
 //! kubelet was started, `healthy` asks the inner service first, then polls the published
 //! view until the pure [`agreement_after_restart`] accepts it or `--actuation-verify-seconds`
 //! since the restart have passed; a failure rolls the apply back.
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nodetopo_crds::conditions::{reason, ConditionSpec};
 use tokio::sync::{watch, Notify};
 
-use crate::actuate::{AfterStart, KubeletService, StartCheck, Started};
+use crate::actuation::{AfterStart, KubeletService, StartCheck, Started};
 
 /// What the agent last saw of the kubelet, as published after a cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::{backup_of, KubeletFiles};
+use crate::actuation::{backup_of, KubeletFiles};
 
 /// The set of paths an apply may write.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{bail, Context as _};
 use nodetopo_engine::files::{read_bounded, ReadError};
 
-use super::{backup_of, AllowedWrites, KubeletFiles};
+use crate::actuation::{backup_of, AllowedWrites, KubeletFiles};
 
 /// The largest journal read (it is a one-line JSON object of a hundred bytes).
 pub const MAX_JOURNAL_BYTES: u64 = 64 << 10;

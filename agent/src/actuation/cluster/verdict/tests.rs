@@ -318,3 +318,77 @@ fn accepted_evictions_are_carried_into_the_final_verdict() {
     n += 3;
     println!("carried eviction cases: {n}");
 }
+
+#[test]
+fn recovery_and_applied_steps_each_have_their_done_entries() {
+    assert_eq!(recovery_done(&Recovery::Nothing), None);
+    assert_eq!(
+        recovery_done(&Recovery::RolledBack).as_deref(),
+        Some("rolled an interrupted apply back from its backups")
+    );
+    assert_eq!(
+        recovery_done(&Recovery::RolledForward).as_deref(),
+        Some("finished an interrupted apply (its files were in place)")
+    );
+    let f = files();
+    assert_eq!(
+        restart_only_done(&f),
+        [
+            "backed up and wrote /k/conf.d/90-nodetopo.conf (mode 0644)",
+            "restarted the kubelet",
+            VERIFIED,
+        ]
+    );
+    assert_eq!(
+        state_rewritten_done(&f),
+        [
+            "stopped the kubelet",
+            "backed up /k/cpu_manager_state to /k/cpu_manager_state.nodetopo-backup",
+            "rewrote /k/cpu_manager_state with the kubelet's checksum",
+            "wrote /k/conf.d/90-nodetopo.conf (mode 0644)",
+            "started the kubelet",
+            VERIFIED,
+        ]
+    );
+}
+
+#[test]
+fn an_eviction_verdict_lists_each_answer_or_refuses_under_never() {
+    let r = report(
+        "WaitingForEviction",
+        false,
+        ChangeClass::EvictFirst,
+        &["ns/b", "ns/a"],
+    );
+    let answers = [
+        EvictionResult {
+            pod: "ns/a".into(),
+            result: Ok(()),
+        },
+        EvictionResult {
+            pod: "ns/b".into(),
+            result: Err("Cannot evict pod (429)".into()),
+        },
+    ];
+    let mut done = Vec::new();
+    let (status, why, msg) = eviction_verdict(&r, EvictionMode::Never, &answers, &mut done);
+    assert_eq!((status, why), (false, reason::EVICTION_NOT_ALLOWED));
+    assert!(
+        msg.starts_with("the plan needs ns/a, ns/b evicted"),
+        "{msg}"
+    );
+    assert!(done.is_empty(), "{done:?}");
+    let (status, why, msg) = eviction_verdict(&r, EvictionMode::Evict, &answers, &mut done);
+    assert_eq!((status, why), (false, reason::WAITING_FOR_EVICTION));
+    assert_eq!(
+        msg,
+        "waiting until the kubelet has released the CPUs of ns/a, ns/b (ns/a: eviction accepted; ns/b: eviction refused: Cannot evict pod (429)); WaitingForEviction message"
+    );
+    assert_eq!(
+        done,
+        [
+            "eviction of ns/a requested (Eviction API)",
+            "eviction of ns/b refused: Cannot evict pod (429)",
+        ]
+    );
+}
