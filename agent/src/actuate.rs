@@ -651,7 +651,7 @@ fn target_of_apply(
         input.desired,
     )?;
     let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
-    let dropin = kubelet::render_dropin(desired, &below);
+    let dropin = kubelet::render_dropin(desired, &below)?;
     Ok(replan::Target {
         plan,
         new_state,
@@ -935,7 +935,7 @@ fn verify(
     let effective = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)
         .map_err(|e| format!("{e:#}"))?
         .owned;
-    let mut eff = effective.normalized();
+    let mut eff = effective;
     if eff.reserved_system_cpus.is_empty() {
         eff = resolved_desired(topology, &eff).map_err(|e| format!("{e:#}"))?;
     }

@@ -25,7 +25,7 @@
 //! `ActuationDisabled`, `DryRun`) is not applied again; a new spec (new generation) and a new mark are
 //! needed. The decisions are the pure [`next_step`] and [`outcome_of`]; [`run`] is the shell.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -461,8 +461,7 @@ const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
 /// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
 /// --policy`).
 pub fn desired_from_spec(spec: &NodeTopologySpec) -> anyhow::Result<OwnedConfig> {
-    let text = serde_json::to_string(&serde_json::json!({ "spec": spec }))?;
-    kubelet::desired_from_policy(&text, Path::new("NodeTopology spec"))
+    Ok(OwnedConfig::from_spec(&spec.cpu_manager, &spec.topology_manager)?)
 }
 
 /// The backup files present beside the kubelet's files.
