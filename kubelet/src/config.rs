@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use nodetopo_engine::change::OwnedConfig;
+use nodetopo_engine::quantity;
 use nodetopo_engine::spec::{
     CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig, TopologyManagerPolicy,
     TopologyManagerScope,
 };
-use nodetopo_engine::quantity;
 use nodetopo_engine::CpuSet;
 
 use crate::cmdline::{ConfigFlags, MemoryReservation};
@@ -600,7 +600,10 @@ fn effective_of(
         topology_manager_scope: typed(
             "topologyManagerScope",
             &topology_manager_scope,
-            &source("topologyManagerScope", flags.topology_manager_scope.is_some()),
+            &source(
+                "topologyManagerScope",
+                flags.topology_manager_scope.is_some(),
+            ),
         )?,
         topology_manager_policy_options: tm_options,
     };
@@ -1062,10 +1065,7 @@ struct DropIn<'a> {
     kind: &'static str,
     cpu_manager_policy: CpuManagerPolicy,
     cpu_manager_policy_options: BTreeMap<&'a str, Option<&'a str>>,
-    #[serde(
-        rename = "reservedSystemCPUs",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
     reserved_system_cpus: Option<Option<String>>,
     topology_manager_policy: TopologyManagerPolicy,
     topology_manager_scope: TopologyManagerScope,
@@ -1152,7 +1152,11 @@ pub fn render_dropin(c: &OwnedConfig, below: &OwnedConfig) -> anyhow::Result<Str
                 out.push_str(&format!("{key}:\n"));
                 for (k, v) in m {
                     let k = k.as_str().unwrap_or_default();
-                    out.push_str(&format!("  {}: {}\n", dropin_scalar(&k.into()), dropin_scalar(v)));
+                    out.push_str(&format!(
+                        "  {}: {}\n",
+                        dropin_scalar(&k.into()),
+                        dropin_scalar(v)
+                    ));
                 }
             }
             v => out.push_str(&format!("{key}: {}\n", dropin_scalar(v))),

@@ -461,7 +461,10 @@ const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
 /// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
 /// --policy`).
 pub fn desired_from_spec(spec: &NodeTopologySpec) -> anyhow::Result<OwnedConfig> {
-    Ok(OwnedConfig::from_spec(&spec.cpu_manager, &spec.topology_manager)?)
+    Ok(OwnedConfig::from_spec(
+        &spec.cpu_manager,
+        &spec.topology_manager,
+    )?)
 }
 
 /// The backup files present beside the kubelet's files.

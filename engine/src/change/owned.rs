@@ -167,8 +167,7 @@ mod tests {
     #[test]
     fn a_spec_becomes_the_kubelet_fields_field_by_field() {
         let mut cpu = spec_cpu(CpuManagerPolicy::Static);
-        cpu.options
-            .insert("full-pcpus-only".into(), "true".into());
+        cpu.options.insert("full-pcpus-only".into(), "true".into());
         cpu.reserved_system_cpus = Some("0,64".into());
         let tm = TopologyManagerConfig {
             policy: TmPolicy::SingleNumaNode,

@@ -40,7 +40,10 @@ fn flags_override_files_and_dropins() {
         )
         .unwrap();
     assert_eq!(c.owned.reserved_system_cpus.to_string(), "0,32");
-    assert_eq!(c.owned.topology_manager_policy, TopologyManagerPolicy::SingleNumaNode);
+    assert_eq!(
+        c.owned.topology_manager_policy,
+        TopologyManagerPolicy::SingleNumaNode
+    );
     assert_eq!(
         c.owned
             .cpu_manager_policy_options

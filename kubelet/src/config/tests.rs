@@ -58,7 +58,10 @@ fn dropins_override_in_walk_order_maps_merge_and_null_resets() {
     );
     // Below nodetopo's drop-in: 50-a, 60-b and the subdirectory "7-sub" sort before it.
     let below = read_below_dropin(&main, &d).unwrap();
-    assert_eq!(below.topology_manager_policy, TopologyManagerPolicy::BestEffort);
+    assert_eq!(
+        below.topology_manager_policy,
+        TopologyManagerPolicy::BestEffort
+    );
     assert_eq!(below.reserved_cpu_count, Some(2), "ceil(1.5)");
 }
 
@@ -263,24 +266,32 @@ fn an_unknown_policy_name_names_the_field_and_the_file() {
     write(&main, "cpuManagerPolicy: static\n");
     for (body, field, value) in [
         ("cpuManagerPolicy: dynamic\n", "cpuManagerPolicy", "dynamic"),
-        ("topologyManagerPolicy: strict\n", "topologyManagerPolicy", "strict"),
-        ("topologyManagerScope: node\n", "topologyManagerScope", "node"),
+        (
+            "topologyManagerPolicy: strict\n",
+            "topologyManagerPolicy",
+            "strict",
+        ),
+        (
+            "topologyManagerScope: node\n",
+            "topologyManagerScope",
+            "node",
+        ),
     ] {
         let file = d.join("50-site.conf");
         write(&file, body);
         let e = format!("{:#}", read_effective(&main, Some(&d)).unwrap_err());
         assert!(
-            e.contains(&format!("{field} \"{value}\" (last set in {})", file.display())),
+            e.contains(&format!(
+                "{field} \"{value}\" (last set in {})",
+                file.display()
+            )),
             "{e}"
         );
     }
     std::fs::remove_file(d.join("50-site.conf")).unwrap();
-    let flags = crate::cmdline::parse(
-        0,
-        &["--topology-manager-policy=numa-please".to_string()],
-    )
-    .unwrap()
-    .flags;
+    let flags = crate::cmdline::parse(0, &["--topology-manager-policy=numa-please".to_string()])
+        .unwrap()
+        .flags;
     let e = format!(
         "{:#}",
         read_config_with_flags(&main, Some(&d), &flags).unwrap_err()
@@ -312,9 +323,18 @@ fn a_policy_file_reads_as_the_spec_types() {
         "absent managers: policy none"
     );
     for (text, want) in [
-        ("spec:\n  cpuManager: {policy: dynamic}\n", "spec.cpuManager.policy"),
-        ("spec:\n  cpuManager: {policy: static, options: {full-pcpus-only: true}}\n", "spec.cpuManager.options"),
-        ("spec:\n  cpuManager: {policy: static, reservedSystemCPUs: \"0-\"}\n", "spec.cpuManager.reservedSystemCPUs"),
+        (
+            "spec:\n  cpuManager: {policy: dynamic}\n",
+            "spec.cpuManager.policy",
+        ),
+        (
+            "spec:\n  cpuManager: {policy: static, options: {full-pcpus-only: true}}\n",
+            "spec.cpuManager.options",
+        ),
+        (
+            "spec:\n  cpuManager: {policy: static, reservedSystemCPUs: \"0-\"}\n",
+            "spec.cpuManager.reservedSystemCPUs",
+        ),
         ("kind: NodeResourcePolicy\n", "no spec"),
     ] {
         let e = format!("{:#}", desired_from_policy(text, file).unwrap_err());
