@@ -1064,12 +1064,22 @@ struct DropIn<'a> {
     api_version: &'static str,
     kind: &'static str,
     cpu_manager_policy: CpuManagerPolicy,
-    cpu_manager_policy_options: BTreeMap<&'a str, Option<&'a str>>,
+    #[serde(serialize_with = "in_order")]
+    cpu_manager_policy_options: Vec<(&'a str, Option<&'a str>)>,
     #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
     reserved_system_cpus: Option<Option<String>>,
     topology_manager_policy: TopologyManagerPolicy,
     topology_manager_scope: TopologyManagerScope,
-    topology_manager_policy_options: BTreeMap<&'a str, Option<&'a str>>,
+    #[serde(serialize_with = "in_order")]
+    topology_manager_policy_options: Vec<(&'a str, Option<&'a str>)>,
+}
+
+/// An option map patch as a map, in its order: the wanted options, then those deleted.
+fn in_order<S: serde::Serializer>(
+    entries: &[(&str, Option<&str>)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(entries.iter().map(|(k, v)| (k, v)))
 }
 
 impl<'a> DropIn<'a> {
@@ -1077,13 +1087,16 @@ impl<'a> DropIn<'a> {
     /// options and a reserved set that `below` has and `c` does not want are deleted.
     fn of(c: &'a OwnedConfig, below: &'a OwnedConfig) -> Self {
         let patch = |want: &'a BTreeMap<String, String>, under: &'a BTreeMap<String, String>| {
-            let mut out: BTreeMap<&str, Option<&str>> = want
+            let mut out: Vec<(&str, Option<&str>)> = want
                 .iter()
                 .map(|(k, v)| (k.as_str(), Some(v.as_str())))
                 .collect();
-            for k in under.keys().filter(|k| !want.contains_key(*k)) {
-                out.insert(k, None);
-            }
+            out.extend(
+                under
+                    .keys()
+                    .filter(|k| !want.contains_key(*k))
+                    .map(|k| (k.as_str(), None)),
+            );
             out
         };
         let reserved_system_cpus = if !c.reserved_system_cpus.is_empty() {

@@ -355,10 +355,12 @@ fn the_dropin_is_the_serialised_fields() {
     };
     c.cpu_manager_policy_options
         .insert("strict-cpu-reservation".into(), "true".into());
+    c.topology_manager_policy_options
+        .insert("prefer-closest-numa-nodes".into(), "false".into());
     let mut below = OwnedConfig::default();
     below
         .topology_manager_policy_options
-        .insert("prefer-closest-numa-nodes".into(), "true".into());
+        .insert("max-allowable-numa-nodes".into(), "16".into());
     assert_eq!(
         render_dropin(&c, &below).unwrap(),
         "# Written by nodetopo (NodeResourcePolicy actuation); do not edit: the agent rewrites it.\n\
@@ -369,7 +371,7 @@ fn the_dropin_is_the_serialised_fields() {
          reservedSystemCPUs: \"0-1,32-33\"\n\
          topologyManagerPolicy: \"best-effort\"\n\
          topologyManagerScope: \"container\"\n\
-         topologyManagerPolicyOptions:\n  \"prefer-closest-numa-nodes\": null  # set by an earlier file; not wanted\n"
+         topologyManagerPolicyOptions:\n  \"prefer-closest-numa-nodes\": \"false\"\n  \"max-allowable-numa-nodes\": null  # set by an earlier file; not wanted\n"
     );
     let none = OwnedConfig::default();
     let below = OwnedConfig {
