@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use nodetopo_engine::admission::{
-    CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, Pools,
+    CpuPolicyConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, Pools,
 };
 use nodetopo_engine::cpumanager::options::CPU_OPTION_TABLE;
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
@@ -468,7 +468,7 @@ fn variants(
     let devices = parse_devices(&args.managers.devices, topology)?;
     let memory = memory_config(args, topology, notes)?;
     let base = NodeConfig {
-        cpu: CpuManagerConfig::None,
+        cpu: CpuPolicyConfig::None,
         tm_policy,
         tm_scope,
         tm_options,
@@ -505,7 +505,7 @@ fn variants(
             map.extend(user_options.clone());
             let options = StaticPolicyOptions::from_map(&map).context("--option")?;
             let mut config = base.clone();
-            config.cpu = CpuManagerConfig::Static {
+            config.cpu = CpuPolicyConfig::Static {
                 reserved: reserved.clone(),
                 options,
             };

@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nodetopo_engine::change::OwnedConfig;
+use nodetopo_engine::spec::CpuManagerPolicy;
 use nodetopo_engine::{quantity, CpuSet};
 use nodetopo_kubelet::cmdline as kubelet_cmdline;
 use nodetopo_kubelet::config::{
@@ -290,14 +291,15 @@ const FAULTS: [(&str, &str); 8] = [
 /// A random wanted configuration (what a policy asks for; the reserved set explicit).
 fn random_wanted(r: &mut Rng) -> OwnedConfig {
     let mut c = OwnedConfig {
-        cpu_manager_policy: r.pick(&["static", "none"]).to_string(),
+        cpu_manager_policy: r.pick(&["static", "none"]).parse().expect("policy"),
         topology_manager_policy: r
             .pick(&["none", "best-effort", "restricted", "single-numa-node"])
-            .to_string(),
-        topology_manager_scope: r.pick(&["container", "pod"]).to_string(),
+            .parse()
+            .expect("policy"),
+        topology_manager_scope: r.pick(&["container", "pod"]).parse().expect("scope"),
         ..Default::default()
     };
-    if c.cpu_manager_policy == "static" {
+    if c.cpu_manager_policy == CpuManagerPolicy::Static {
         c.reserved_system_cpus =
             CpuSet::parse(r.pick::<&str>(&["0,32", "0-1,32-33", "0-3"])).expect("cpus");
         for o in CPU_OPTIONS {
@@ -618,7 +620,10 @@ fn random_case(r: &mut Rng) -> Case {
     if case.fault.is_none() && r.chance(50) {
         let wanted = random_wanted(r);
         if let Ok(below) = read_below_dropin(&case.config(), &case.config_dir()) {
-            write(&case_dir.join(DROPIN_NAME), &render_dropin(&wanted, &below));
+            write(
+                &case_dir.join(DROPIN_NAME),
+                &render_dropin(&wanted, &below).expect("drop-in"),
+            );
             // In walk order, after 90-nodetopo.conf: what sorts after it at the top level
             // (99-late.conf and both subdirectories).
             let later = files.iter().any(|(name, text)| {
@@ -670,11 +675,11 @@ struct Answer {
 /// The kubelet's answer in nodetopo's shape (defaults as the kubelet applied them).
 fn kubelet_owned(o: &Owned) -> OwnedConfig {
     let mut c = OwnedConfig {
-        cpu_manager_policy: o.cpu_manager_policy.clone(),
+        cpu_manager_policy: kubelet_name(&o.cpu_manager_policy),
         cpu_manager_policy_options: o.cpu_manager_policy_options.clone().unwrap_or_default(),
         reserved_system_cpus: CpuSet::parse(&o.reserved_system_cpus).expect("kubelet's cpus"),
-        topology_manager_policy: o.topology_manager_policy.clone(),
-        topology_manager_scope: o.topology_manager_scope.clone(),
+        topology_manager_policy: kubelet_name(&o.topology_manager_policy),
+        topology_manager_scope: kubelet_name(&o.topology_manager_scope),
         topology_manager_policy_options: o
             .topology_manager_policy_options
             .clone()
@@ -691,17 +696,29 @@ fn kubelet_owned(o: &Owned) -> OwnedConfig {
             c.reserved_cpu_count = Some(millis.div_ceil(1000) as usize);
         }
     }
-    c.normalized()
+    c
+}
+
+/// A policy or scope name as the kubelet answered it (empty: its default).
+fn kubelet_name<T: std::str::FromStr + Default>(name: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    if name.is_empty() {
+        T::default()
+    } else {
+        name.parse().expect("a name the kubelet accepted")
+    }
 }
 
 /// nodetopo's effective configuration against the kubelet's answer: the owned fields,
 /// featureGates, kubeReserved, systemReserved, memoryManagerPolicy and reservedMemory.
 fn agree(read: &KubeletFileConfig, owned: &Owned) -> Result<(), String> {
     let kubelet = kubelet_owned(owned);
-    if read.owned.normalized() != kubelet {
+    if read.owned != kubelet {
         return Err(format!(
             "owned fields differ: nodetopo {:?}, kubelet {kubelet:?}",
-            read.owned.normalized()
+            read.owned
         ));
     }
     let gates = owned.feature_gates.clone().unwrap_or_default();
@@ -867,7 +884,7 @@ fn config_reading_agrees_with_the_kubelet() {
                         // The reserved count from kubeReserved/systemReserved (fields
                         // nodetopo does not own) is unused: a static drop-in states its
                         // reserved set explicitly, and policy none reserves nothing.
-                        let (mut k, mut w) = (kubelet.clone(), wanted.normalized());
+                        let (mut k, mut w) = (kubelet.clone(), wanted.clone());
                         k.reserved_cpu_count = None;
                         w.reserved_cpu_count = None;
                         assert_eq!(

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use nodetopo_crds::nrt::fingerprint::{self, PodFingerprint};
 use nodetopo_crds::nrt::NodeResourceTopology;
 use nodetopo_crds::PoolsReport;
-use nodetopo_engine::admission::{CpuManagerConfig, NodeConfig};
+use nodetopo_engine::admission::{CpuPolicyConfig, NodeConfig};
 use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::report::TopologyReport;
 use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
@@ -62,8 +62,8 @@ fn check(
     let free = cpus(&pools.free);
     let exclusive = cpus(&pools.exclusive);
     let full_cores =
-        matches!(&config.cpu, CpuManagerConfig::Static { options, .. } if options.full_pcpus_only);
-    let policy_none = matches!(config.cpu, CpuManagerConfig::None);
+        matches!(&config.cpu, CpuPolicyConfig::Static { options, .. } if options.full_pcpus_only);
+    let policy_none = matches!(config.cpu, CpuPolicyConfig::None);
 
     let numa_zones: Vec<_> = obj.zones.iter().filter(|z| z.type_ == "Node").collect();
     assert_eq!(

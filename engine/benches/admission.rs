@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
+use nodetopo_engine::admission::{CpuPolicyConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::memorymanager::{MemoryResource, ReservedMemory};
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
@@ -61,7 +61,7 @@ fn variants(t: &CpuTopology) -> Vec<NodeConfig> {
     ];
     opts.into_iter()
         .map(|options| NodeConfig {
-            cpu: CpuManagerConfig::Static {
+            cpu: CpuPolicyConfig::Static {
                 reserved: ReservedCpus::Count(2),
                 options,
             },

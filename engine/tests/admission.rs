@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use nodetopo_engine::admission::cpu_hints::CpuHintSource;
 use nodetopo_engine::admission::{
-    CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, PodAdmission,
+    CpuPolicyConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig, PodAdmission,
 };
 use nodetopo_engine::cpumanager::{generate_cpu_topology_hints, ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::devicemanager::{DeviceHints, DeviceManager, DeviceSpec};
@@ -83,7 +83,7 @@ fn config(
     scope: TmScope,
 ) -> NodeConfig {
     NodeConfig {
-        cpu: CpuManagerConfig::Static {
+        cpu: CpuPolicyConfig::Static {
             reserved: ReservedCpus::Explicit(CpuSet::parse(reserved).unwrap()),
             options,
         },

@@ -26,6 +26,8 @@ use nodetopo_engine::change::{
     plan_change, ChangeClass, ChangeInput, ChangePlan, KubeletCpuState, OwnedConfig,
 };
 use nodetopo_engine::cpumanager::CpuState;
+use nodetopo_engine::spec::CpuManagerPolicy;
+use nodetopo_engine::topologymanager::TmScope;
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
 use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 use nodetopo_testkit::{go_tool_or_skip, SplitMix as Rng};
@@ -144,7 +146,7 @@ fn random_subset(r: &mut Rng, all: &CpuSet, max: usize) -> CpuSet {
 fn gen_config(r: &mut Rng, t: &CpuTopology) -> OwnedConfig {
     let mut c = OwnedConfig::default();
     if r.chance(85) {
-        c.cpu_manager_policy = "static".into();
+        c.cpu_manager_policy = CpuManagerPolicy::Static;
         if r.chance(80) {
             c.reserved_system_cpus = random_subset(r, &t.all_cpus(), 3.min(t.all_cpus().len() - 1));
         } else {
@@ -156,8 +158,12 @@ fn gen_config(r: &mut Rng, t: &CpuTopology) -> OwnedConfig {
             }
         }
     }
-    c.topology_manager_policy = r.pick(&TM_POLICIES).to_string();
-    c.topology_manager_scope = if r.chance(30) { "pod" } else { "container" }.into();
+    c.topology_manager_policy = r.pick(&TM_POLICIES).parse().unwrap();
+    c.topology_manager_scope = if r.chance(30) {
+        TmScope::Pod
+    } else {
+        TmScope::Container
+    };
     c
 }
 
@@ -166,26 +172,25 @@ fn mutate(r: &mut Rng, t: &CpuTopology, old: &OwnedConfig) -> OwnedConfig {
         return gen_config(r, t);
     }
     let mut c = old.clone();
-    if c.cpu_policy() == "static" && r.chance(50) {
+    if c.cpu_manager_policy == CpuManagerPolicy::Static && r.chance(50) {
         c.reserved_system_cpus = random_subset(r, &t.all_cpus(), 3.min(t.all_cpus().len() - 1));
         c.reserved_cpu_count = None;
     }
-    if c.cpu_policy() == "static" && r.chance(40) {
+    if c.cpu_manager_policy == CpuManagerPolicy::Static && r.chance(40) {
         let o = *r.pick(&CPU_OPTIONS);
         if c.cpu_manager_policy_options.remove(o).is_none() {
             c.cpu_manager_policy_options.insert(o.into(), "true".into());
         }
     }
     if r.chance(40) {
-        c.topology_manager_policy = r.pick(&TM_POLICIES).to_string();
+        c.topology_manager_policy = r.pick(&TM_POLICIES).parse().unwrap();
     }
     if r.chance(20) {
-        c.topology_manager_scope = if c.tm_scope() == "pod" {
-            "container"
+        c.topology_manager_scope = if c.topology_manager_scope == TmScope::Pod {
+            TmScope::Container
         } else {
-            "pod"
-        }
-        .into();
+            TmScope::Pod
+        };
     }
     c
 }
@@ -283,7 +288,7 @@ fn validate_case(
     cfg: &OwnedConfig,
     checkpoint: Option<String>,
 ) -> ValidateCase {
-    let (reserved, num) = if cfg.cpu_policy() != "static" {
+    let (reserved, num) = if cfg.cpu_manager_policy != CpuManagerPolicy::Static {
         (String::new(), 0)
     } else if cfg.reserved_system_cpus.is_empty() {
         (String::new(), cfg.reserved_cpu_count.unwrap_or(0))
@@ -300,12 +305,12 @@ fn validate_case(
             cpus: machine.cpus.clone(),
             numa: machine.numa.iter().map(|n| NumaJson { id: n.id }).collect(),
         },
-        cpu_policy: cfg.cpu_policy().into(),
+        cpu_policy: cfg.cpu_manager_policy.as_str().into(),
         cpu_options: cfg.cpu_manager_policy_options.clone(),
         reserved_cpus: reserved,
         num_reserved: num,
-        tm_policy: cfg.tm_policy().into(),
-        tm_scope: cfg.tm_scope().into(),
+        tm_policy: cfg.topology_manager_policy.name().into(),
+        tm_scope: cfg.topology_manager_scope.name().into(),
         tm_options: cfg.topology_manager_policy_options.clone(),
         checkpoint,
     }

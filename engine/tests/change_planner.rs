@@ -14,6 +14,7 @@ use nodetopo_engine::change::{
     KubeletCpuState, OwnedConfig,
 };
 use nodetopo_engine::cpumanager::CpuState;
+use nodetopo_engine::spec::CpuManagerPolicy;
 use nodetopo_engine::{Container, CpuInfo, CpuSet, CpuTopology, NumaNode, Pod, ResourceList};
 use nodetopo_kubelet::cpu_checkpoint::{self as checkpoint, CheckpointFormat};
 
@@ -47,7 +48,7 @@ fn set(s: &str) -> CpuSet {
 
 fn static_cfg(reserved: &str) -> OwnedConfig {
     OwnedConfig {
-        cpu_manager_policy: "static".into(),
+        cpu_manager_policy: CpuManagerPolicy::Static,
         reserved_system_cpus: set(reserved),
         ..Default::default()
     }
@@ -59,8 +60,13 @@ fn with_opt(mut c: OwnedConfig, k: &str, v: &str) -> OwnedConfig {
 }
 
 fn with_tm(mut c: OwnedConfig, policy: &str, scope: &str) -> OwnedConfig {
-    c.topology_manager_policy = policy.into();
-    c.topology_manager_scope = scope.into();
+    c.topology_manager_policy = policy.parse().unwrap();
+    c.topology_manager_scope = scope.parse().unwrap();
+    c
+}
+
+fn with_tm_opt(mut c: OwnedConfig, k: &str, v: &str) -> OwnedConfig {
+    c.topology_manager_policy_options.insert(k.into(), v.into());
     c
 }
 
@@ -729,19 +735,19 @@ fn planner_table() {
             "greater than zero",
         ),
         (
-            "unknown CPU policy",
+            // A policy or scope name the kubelet does not know cannot be an OwnedConfig:
+            // the kubelet config reader refuses it, naming the file
+            // (nodetopo-kubelet's an_unknown_policy_name_names_the_field_and_the_file).
+            "CPU options under policy none",
             base.clone(),
-            OwnedConfig {
-                cpu_manager_policy: "dynamic".into(),
-                ..Default::default()
-            },
-            "\"dynamic\"",
+            with_opt(OwnedConfig::default(), "full-pcpus-only", "true"),
+            "cpuManagerPolicyOptions are set but cpuManagerPolicy is none",
         ),
         (
-            "unknown topology policy",
+            "bad topology option",
             base.clone(),
-            with_tm(base.clone(), "strict", "container"),
-            "topologyManagerPolicy",
+            with_tm_opt(base.clone(), "max-allowable-numa-nodes", "4"),
+            "desired kubelet configuration: topologyManagerPolicyOptions",
         ),
         (
             "reserved CPU not on the machine",
@@ -751,9 +757,9 @@ fn planner_table() {
         ),
         (
             "broken current configuration",
-            with_tm(base.clone(), "best-effort", "node"),
+            with_tm_opt(base.clone(), "prefer-closest-numa-nodes", "maybe"),
             base.clone(),
-            "current kubelet configuration: topologyManagerScope",
+            "current kubelet configuration: topologyManagerPolicyOptions",
         ),
     ];
     let mut n_bad = 0;

@@ -21,8 +21,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use nodetopo_engine::change::OwnedConfig;
 use nodetopo_engine::quantity;
+use nodetopo_engine::spec::{
+    CpuManagerConfig, CpuManagerPolicy, TopologyManagerConfig, TopologyManagerPolicy,
+    TopologyManagerScope,
+};
 use nodetopo_engine::CpuSet;
-use serde_yaml::Value;
 
 use crate::cmdline::{ConfigFlags, MemoryReservation};
 use crate::yaml::{self as kubelet_yaml, Keys};
@@ -39,23 +42,6 @@ pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 fn read(path: &Path) -> anyhow::Result<String> {
     nodetopo_engine::files::read_text_bounded(path, MAX_CONFIG_BYTES)
         .map_err(|e| anyhow::anyhow!("{}: the file {e}", path.display()))
-}
-
-fn string_map(v: &Value, field: &str, file: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let Value::Mapping(m) = v else {
-        bail!("{}: {field} is not a map", file.display());
-    };
-    let mut out = BTreeMap::new();
-    for (k, v) in m {
-        let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
-            bail!(
-                "{}: {field} must map strings to strings (quote values such as \"true\")",
-                file.display()
-            );
-        };
-        out.insert(k.to_string(), v.to_string());
-    }
-    Ok(out)
 }
 
 /// The owned keys of a KubeletConfiguration: string scalars, then string maps.
@@ -464,6 +450,22 @@ pub struct KubeletFileConfig {
     pub reserved_memory: Option<Vec<MemoryReservation>>,
 }
 
+/// A policy or scope field as its type: empty (not set, or set to "") is the kubelet's
+/// default; a name the kubelet does not know is an error naming the field, the value and
+/// where it was set (`source`: the file or the flag).
+fn typed<T>(key: &str, value: &str, source: &str) -> anyhow::Result<T>
+where
+    T: std::str::FromStr + Default,
+    T::Err: std::fmt::Display,
+{
+    if value.is_empty() {
+        return Ok(T::default());
+    }
+    value
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{key} {value:?} ({source}): {e}"))
+}
+
 /// The KubeletConfiguration key each configuration flag sets.
 const FLAG_KEYS: [(&str, &str); 10] = [
     ("cpuManagerPolicy", "--cpu-manager-policy"),
@@ -574,7 +576,11 @@ fn effective_of(
         }
     };
     let mut out = OwnedConfig {
-        cpu_manager_policy,
+        cpu_manager_policy: typed(
+            "cpuManagerPolicy",
+            &cpu_manager_policy,
+            &source("cpuManagerPolicy", flags.cpu_manager_policy.is_some()),
+        )?,
         cpu_manager_policy_options: cpu_options,
         reserved_system_cpus: CpuSet::parse(&reserved).map_err(|e| {
             anyhow::anyhow!(
@@ -583,8 +589,22 @@ fn effective_of(
             )
         })?,
         reserved_cpu_count: None,
-        topology_manager_policy,
-        topology_manager_scope,
+        topology_manager_policy: typed(
+            "topologyManagerPolicy",
+            &topology_manager_policy,
+            &source(
+                "topologyManagerPolicy",
+                flags.topology_manager_policy.is_some(),
+            ),
+        )?,
+        topology_manager_scope: typed(
+            "topologyManagerScope",
+            &topology_manager_scope,
+            &source(
+                "topologyManagerScope",
+                flags.topology_manager_scope.is_some(),
+            ),
+        )?,
         topology_manager_policy_options: tm_options,
     };
     if out.reserved_system_cpus.is_empty() {
@@ -830,7 +850,7 @@ pub fn dropin_fields(
     desired: &OwnedConfig,
 ) -> anyhow::Result<OwnedConfig> {
     let checked = nodetopo_engine::change::check_config(topology, desired, "desired")?;
-    let mut out = desired.normalized();
+    let mut out = desired.clone();
     if let Some(p) = &checked.policy {
         out.reserved_system_cpus = p.reserved().clone();
         out.reserved_cpu_count = None;
@@ -858,19 +878,19 @@ pub fn check_flags(flags: &ConfigFlags, desired: &OwnedConfig) -> anyhow::Result
         "--cpu-manager-policy",
         &flags.cpu_manager_policy,
         "none",
-        desired.cpu_policy(),
+        desired.cpu_manager_policy.as_str(),
     );
     scalar(
         "--topology-manager-policy",
         &flags.topology_manager_policy,
         "none",
-        desired.tm_policy(),
+        desired.topology_manager_policy.name(),
     );
     scalar(
         "--topology-manager-scope",
         &flags.topology_manager_scope,
         "container",
-        desired.tm_scope(),
+        desired.topology_manager_scope.name(),
     );
     let show = |m: &BTreeMap<String, String>| {
         m.iter()
@@ -988,142 +1008,174 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// The owned fields a NodeResourcePolicy (or a NodeTopology spec) asks for: its
-/// `spec.cpuManager` and `spec.topologyManager` (absent means policy none).
+/// `spec.cpuManager` and `spec.topologyManager` (absent means policy none), read as the API
+/// types ([`nodetopo_engine::spec`]) and converted as the agent converts a NodeTopology
+/// spec ([`OwnedConfig::from_spec`]). Errors name the file and the field.
 pub fn desired_from_policy(text: &str, file: &Path) -> anyhow::Result<OwnedConfig> {
-    let doc: Value =
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        spec: Option<Spec>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Spec {
+        #[serde(default)]
+        cpu_manager: Option<CpuManagerConfig>,
+        #[serde(default)]
+        topology_manager: Option<TopologyManagerConfig>,
+    }
+    // Option values must be YAML strings, as the API's schema wants them (the reader below
+    // would take an unquoted `true` as the string "true").
+    let raw: serde_yaml::Value =
         serde_yaml::from_str(text).with_context(|| format!("{}: not YAML", file.display()))?;
-    let spec = doc.get("spec").with_context(|| {
+    for manager in ["cpuManager", "topologyManager"] {
+        let options = raw.get("spec").and_then(|s| s.get(manager)?.get("options"));
+        if let Some(serde_yaml::Value::Mapping(m)) = options {
+            if m.values().any(|v| !v.is_string()) {
+                bail!(
+                    "{}: spec.{manager}.options must map strings to strings (quote values such as \"true\")",
+                    file.display()
+                );
+            }
+        }
+    }
+    let doc: Doc =
+        serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let spec = doc.spec.with_context(|| {
         format!(
             "{}: no spec (expected a NodeResourcePolicy)",
             file.display()
         )
     })?;
-    let mut out = OwnedConfig::default();
-    if let Some(cm) = spec.get("cpuManager").filter(|v| !v.is_null()) {
-        if let Some(p) = cm.get("policy") {
-            out.cpu_manager_policy = p
-                .as_str()
-                .with_context(|| {
-                    format!("{}: spec.cpuManager.policy is not a string", file.display())
-                })?
-                .to_string();
-        }
-        if let Some(o) = cm.get("options") {
-            out.cpu_manager_policy_options = string_map(o, "spec.cpuManager.options", file)?;
-        }
-        if let Some(r) = cm.get("reservedSystemCPUs") {
-            let s = r.as_str().with_context(|| {
-                format!(
-                    "{}: spec.cpuManager.reservedSystemCPUs is not a string",
-                    file.display()
-                )
-            })?;
-            out.reserved_system_cpus = CpuSet::parse(s).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: spec.cpuManager.reservedSystemCPUs {s:?}: {e}",
-                    file.display()
-                )
-            })?;
-        }
-        if let Some(n) = cm.get("reservedCPUs") {
-            let n = n.as_u64().with_context(|| {
-                format!(
-                    "{}: spec.cpuManager.reservedCPUs is not a whole number",
-                    file.display()
-                )
-            })?;
-            out.reserved_cpu_count = Some(n as usize);
-        }
-    }
-    if let Some(tm) = spec.get("topologyManager").filter(|v| !v.is_null()) {
-        let field = |k: &str| -> anyhow::Result<String> {
-            match tm.get(k) {
-                None => Ok(String::new()),
-                Some(v) => Ok(v
-                    .as_str()
-                    .with_context(|| {
-                        format!(
-                            "{}: spec.topologyManager.{k} is not a string",
-                            file.display()
-                        )
-                    })?
-                    .to_string()),
-            }
-        };
-        out.topology_manager_policy = field("policy")?;
-        out.topology_manager_scope = field("scope")?;
-        if let Some(o) = tm.get("options") {
-            out.topology_manager_policy_options =
-                string_map(o, "spec.topologyManager.options", file)?;
-        }
-    }
-    Ok(out)
+    OwnedConfig::from_spec(
+        &spec.cpu_manager.unwrap_or_default(),
+        &spec.topology_manager.unwrap_or_default(),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
 }
 
-fn yaml_str(s: &str) -> String {
-    // JSON strings are YAML strings; quoting keeps "true" and "0-1" strings.
-    serde_json::Value::String(s.to_string()).to_string()
+/// nodetopo's drop-in, as serialised: the type meta and the owned fields. An option map
+/// entry `None` and a `reservedSystemCPUs` of `Some(None)` are written as `null`, which
+/// deletes what an earlier file set (the kubelet merges each drop-in as a JSON merge
+/// patch); `reservedSystemCPUs` `None` is not written.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DropIn<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    cpu_manager_policy: CpuManagerPolicy,
+    #[serde(serialize_with = "in_order")]
+    cpu_manager_policy_options: Vec<(&'a str, Option<&'a str>)>,
+    #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
+    reserved_system_cpus: Option<Option<String>>,
+    topology_manager_policy: TopologyManagerPolicy,
+    topology_manager_scope: TopologyManagerScope,
+    #[serde(serialize_with = "in_order")]
+    topology_manager_policy_options: Vec<(&'a str, Option<&'a str>)>,
+}
+
+/// An option map patch as a map, in its order: the wanted options, then those deleted.
+fn in_order<S: serde::Serializer>(
+    entries: &[(&str, Option<&str>)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(entries.iter().map(|(k, v)| (k, v)))
+}
+
+impl<'a> DropIn<'a> {
+    /// The drop-in for `c` over `below`: every owned field stated (defaults written out);
+    /// options and a reserved set that `below` has and `c` does not want are deleted.
+    fn of(c: &'a OwnedConfig, below: &'a OwnedConfig) -> Self {
+        let patch = |want: &'a BTreeMap<String, String>, under: &'a BTreeMap<String, String>| {
+            let mut out: Vec<(&str, Option<&str>)> = want
+                .iter()
+                .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+                .collect();
+            out.extend(
+                under
+                    .keys()
+                    .filter(|k| !want.contains_key(*k))
+                    .map(|k| (k.as_str(), None)),
+            );
+            out
+        };
+        let reserved_system_cpus = if !c.reserved_system_cpus.is_empty() {
+            Some(Some(c.reserved_system_cpus.to_string()))
+        } else if !below.reserved_system_cpus.is_empty() {
+            Some(None)
+        } else {
+            None
+        };
+        DropIn {
+            api_version: API_VERSION,
+            kind: "KubeletConfiguration",
+            cpu_manager_policy: c.cpu_manager_policy,
+            cpu_manager_policy_options: patch(
+                &c.cpu_manager_policy_options,
+                &below.cpu_manager_policy_options,
+            ),
+            reserved_system_cpus,
+            topology_manager_policy: c.topology_manager_policy,
+            topology_manager_scope: c.topology_manager_scope,
+            topology_manager_policy_options: patch(
+                &c.topology_manager_policy_options,
+                &below.topology_manager_policy_options,
+            ),
+        }
+    }
+}
+
+/// A scalar of the drop-in: a JSON string (JSON strings are YAML strings, and quoting
+/// keeps "true", "16" and "0-1" strings under the YAML 1.1 rules the kubelet's loader
+/// follows), or `null` with a note for a person reading the file.
+fn dropin_scalar(v: &serde_yaml::Value) -> String {
+    match v {
+        serde_yaml::Value::Null => "null  # set by an earlier file; not wanted".into(),
+        serde_yaml::Value::String(s) => serde_json::Value::String(s.clone()).to_string(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
 }
 
 /// nodetopo's drop-in: a full KubeletConfiguration object holding only the owned fields
 /// (an explicit reserved set; a count is resolved to CPUs by the caller), to be merged over
 /// `below` (see [`read_below_dropin`]): an option set there that `c` does not ask for is
 /// written as `null`, which deletes it from the kubelet's merged configuration, so the
-/// option maps come out exactly as `c` says.
-pub fn render_dropin(c: &OwnedConfig, below: &OwnedConfig) -> String {
+/// option maps come out exactly as `c` says. Serialised from [`DropIn`] in its field
+/// order, one key a line; the type meta plain, every other scalar quoted
+/// ([`dropin_scalar`]).
+pub fn render_dropin(c: &OwnedConfig, below: &OwnedConfig) -> anyhow::Result<String> {
     let mut out = String::from(
-        "# Written by nodetopo (NodeResourcePolicy actuation); do not edit: the agent rewrites it.\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+        "# Written by nodetopo (NodeResourcePolicy actuation); do not edit: the agent rewrites it.\n",
     );
-    out.push_str(&format!("cpuManagerPolicy: {}\n", yaml_str(c.cpu_policy())));
-    let map = |out: &mut String,
-               key: &str,
-               want: &BTreeMap<String, String>,
-               under: &BTreeMap<String, String>| {
-        let removed: Vec<&String> = under.keys().filter(|k| !want.contains_key(*k)).collect();
-        if want.is_empty() && removed.is_empty() {
-            out.push_str(&format!("{key}: {{}}\n"));
-            return;
-        }
-        out.push_str(&format!("{key}:\n"));
-        for (k, v) in want {
-            out.push_str(&format!("  {}: {}\n", yaml_str(k), yaml_str(v)));
-        }
-        for k in removed {
-            out.push_str(&format!(
-                "  {}: null  # set by an earlier file; not wanted\n",
-                yaml_str(k)
-            ));
-        }
+    let fields = match serde_yaml::to_value(DropIn::of(c, below)) {
+        Ok(serde_yaml::Value::Mapping(fields)) => fields,
+        Ok(other) => bail!("internal: the drop-in serialised to {other:?}, not a mapping"),
+        Err(e) => bail!("internal: serialising the drop-in: {e}"),
     };
-    map(
-        &mut out,
-        "cpuManagerPolicyOptions",
-        &c.cpu_manager_policy_options,
-        &below.cpu_manager_policy_options,
-    );
-    if !c.reserved_system_cpus.is_empty() {
-        out.push_str(&format!(
-            "reservedSystemCPUs: {}\n",
-            yaml_str(&c.reserved_system_cpus.to_string())
-        ));
-    } else if !below.reserved_system_cpus.is_empty() {
-        out.push_str("reservedSystemCPUs: null  # set by an earlier file; not wanted\n");
+    for (key, v) in &fields {
+        let key = key.as_str().unwrap_or_default();
+        match v {
+            serde_yaml::Value::String(s) if matches!(key, "apiVersion" | "kind") => {
+                out.push_str(&format!("{key}: {s}\n"));
+            }
+            serde_yaml::Value::Mapping(m) if m.is_empty() => {
+                out.push_str(&format!("{key}: {{}}\n"));
+            }
+            serde_yaml::Value::Mapping(m) => {
+                out.push_str(&format!("{key}:\n"));
+                for (k, v) in m {
+                    let k = k.as_str().unwrap_or_default();
+                    out.push_str(&format!(
+                        "  {}: {}\n",
+                        dropin_scalar(&k.into()),
+                        dropin_scalar(v)
+                    ));
+                }
+            }
+            v => out.push_str(&format!("{key}: {}\n", dropin_scalar(v))),
+        }
     }
-    out.push_str(&format!(
-        "topologyManagerPolicy: {}\n",
-        yaml_str(c.tm_policy())
-    ));
-    out.push_str(&format!(
-        "topologyManagerScope: {}\n",
-        yaml_str(c.tm_scope())
-    ));
-    map(
-        &mut out,
-        "topologyManagerPolicyOptions",
-        &c.topology_manager_policy_options,
-        &below.topology_manager_policy_options,
-    );
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub(super) fn target_of_apply(
         input.desired,
     )?;
     let below = kubelet::read_below_dropin(&files.config, &files.config_dir)?;
-    let dropin = kubelet::render_dropin(desired, &below);
+    let dropin = kubelet::render_dropin(desired, &below)?;
     Ok(replan::Target {
         plan,
         new_state,

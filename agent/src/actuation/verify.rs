@@ -108,7 +108,7 @@ pub(super) fn verify(
     let effective = kubelet::read_config_with_flags(&files.config, Some(&files.config_dir), flags)
         .map_err(|e| format!("{e:#}"))?
         .owned;
-    let mut eff = effective.normalized();
+    let mut eff = effective;
     if eff.reserved_system_cpus.is_empty() {
         eff = resolved_desired(topology, &eff).map_err(|e| format!("{e:#}"))?;
     }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig};
+use nodetopo_engine::admission::{CpuPolicyConfig, MemoryManagerConfig};
 use nodetopo_engine::cpumanager::ReservedCpus;
 use nodetopo_engine::report::{AllocationReport, HintReport, RejectionReport, TopologyReport};
 use nodetopo_engine::spec;
@@ -40,11 +40,11 @@ struct PlanJson<'a> {
 fn variant_json(r: &VariantResult) -> anyhow::Result<VariantJson<'_>> {
     let c = &r.variant.config;
     let (policy, reserved_system_cpus, reserved_cpus) = match &c.cpu {
-        CpuManagerConfig::Static {
+        CpuPolicyConfig::Static {
             reserved: ReservedCpus::Explicit(s),
             ..
         } => (spec::CpuManagerPolicy::Static, Some(s.to_string()), None),
-        CpuManagerConfig::Static {
+        CpuPolicyConfig::Static {
             reserved: ReservedCpus::Count(n),
             ..
         } => {
@@ -56,7 +56,7 @@ fn variant_json(r: &VariantResult) -> anyhow::Result<VariantJson<'_>> {
             })?;
             (spec::CpuManagerPolicy::Static, None, Some(n))
         }
-        CpuManagerConfig::None => (spec::CpuManagerPolicy::None, None, None),
+        CpuPolicyConfig::None => (spec::CpuManagerPolicy::None, None, None),
     };
     Ok(VariantJson {
         name: &r.variant.name,

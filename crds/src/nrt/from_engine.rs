@@ -2,18 +2,18 @@
 //! the CPU pools. The agent and the tests use these,
 //! so the object is built from exactly what NodeTopology status is built from.
 
-use nodetopo_engine::admission::{CpuManagerConfig, NodeConfig, Pools};
+use nodetopo_engine::admission::{CpuPolicyConfig, NodeConfig, Pools};
 
 use super::build::CpuAccounting;
 use super::tmsource::TopologyManagerView;
 
 /// The CPU accounting of a node running `config` with these pools.
-pub fn cpu_accounting(config: &CpuManagerConfig, pools: &Pools) -> CpuAccounting {
+pub fn cpu_accounting(config: &CpuPolicyConfig, pools: &Pools) -> CpuAccounting {
     match config {
-        CpuManagerConfig::None => CpuAccounting::PolicyNone {
+        CpuPolicyConfig::None => CpuAccounting::PolicyNone {
             reserved: pools.reserved.clone(),
         },
-        CpuManagerConfig::Static { options, .. } => CpuAccounting::Static {
+        CpuPolicyConfig::Static { options, .. } => CpuAccounting::Static {
             reserved: pools.reserved.clone(),
             exclusive: pools.exclusive.clone(),
             options: options

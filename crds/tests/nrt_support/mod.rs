@@ -11,7 +11,7 @@ use nodetopo_crds::nrt::{
     self, from_engine, AllocationSource, DeviceInventory, MemoryManagerView, NodePod,
     NodeResourceTopology, NrtInput, ReservedSource, TopologyManagerSource,
 };
-use nodetopo_engine::admission::{CpuManagerConfig, NodeAdmitter, NodeConfig};
+use nodetopo_engine::admission::{CpuPolicyConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use nodetopo_engine::report::AllocationReport;
 use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
@@ -48,7 +48,7 @@ pub fn static_config(
         .map(|o| (o.to_string(), "true".to_string()))
         .collect();
     NodeConfig {
-        cpu: CpuManagerConfig::Static {
+        cpu: CpuPolicyConfig::Static {
             reserved,
             options: StaticPolicyOptions::from_map(&map).expect("valid options"),
         },

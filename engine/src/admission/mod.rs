@@ -45,9 +45,12 @@ use crate::topologymanager::{
 /// The kubelet's message for a topology-manager rejection.
 pub const TOPOLOGY_AFFINITY_MESSAGE: &str = "Resources cannot be allocated with Topology locality";
 
-/// The CPU manager's configuration.
+/// The CPU manager's policy as admission runs it: `none`, or `static` with its reserved CPUs
+/// and parsed options. Not the API's [`crate::spec::CpuManagerConfig`] (the spec's field
+/// shape, strings as the kubelet names them); built from the kubelet's fields by
+/// [`crate::change::OwnedConfig::cpu_policy_config`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum CpuManagerConfig {
+pub enum CpuPolicyConfig {
     /// Policy `none`: every container runs on the shared pool.
     #[default]
     None,
@@ -77,7 +80,7 @@ pub enum MemoryManagerConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeConfig {
     /// CPU manager policy and options.
-    pub cpu: CpuManagerConfig,
+    pub cpu: CpuPolicyConfig,
     /// Topology-manager policy.
     pub tm_policy: TmPolicy,
     /// Topology-manager scope.
@@ -183,14 +186,14 @@ impl NodeAdmitter {
         } = config;
         let tm = ManagerConfig::for_topology(*tm_policy, *tm_scope, *tm_options, &topology)?;
         let (cpu, state) = match cpu {
-            CpuManagerConfig::None => (
+            CpuPolicyConfig::None => (
                 None,
                 CpuState {
                     default_cpuset: topology.all_cpus(),
                     assignments: BTreeMap::new(),
                 },
             ),
-            CpuManagerConfig::Static { reserved, options } => {
+            CpuPolicyConfig::Static { reserved, options } => {
                 options.validate_for(&topology, *tm_policy == TmPolicy::SingleNumaNode)?;
                 let policy = StaticPolicy::new(topology.clone(), reserved.clone(), *options)?;
                 let mut state = CpuState::default();

@@ -34,94 +34,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpumanager::{
-    guaranteed_cpus, CpuState, ReservedCpus, StaticPolicy, StaticPolicyOptions,
-};
+use crate::cpumanager::{guaranteed_cpus, CpuState, ReservedCpus, StaticPolicy};
 use crate::cpuset::CpuSet;
 use crate::pod::Pod;
+use crate::spec::CpuManagerPolicy;
 use crate::topology::CpuTopology;
-use crate::topologymanager::{TmOptions, TmPolicy, TmScope};
+use crate::topologymanager::{TmPolicy, TmScope};
 
-/// The CPU manager policy names.
-pub const POLICY_NONE: &str = "none";
-/// The static policy.
-pub const POLICY_STATIC: &str = "static";
+mod owned;
 
-/// The kubelet configuration fields nodetopo owns (KubeletConfiguration names).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnedConfig {
-    /// `cpuManagerPolicy`: `none` or `static` (empty means `none`, the kubelet default).
-    #[serde(default)]
-    pub cpu_manager_policy: String,
-    /// `cpuManagerPolicyOptions`.
-    #[serde(default)]
-    pub cpu_manager_policy_options: BTreeMap<String, String>,
-    /// `reservedSystemCPUs`.
-    #[serde(default, rename = "reservedSystemCPUs")]
-    pub reserved_system_cpus: CpuSet,
-    /// The reserved CPU count from `kubeReserved.cpu + systemReserved.cpu` (whole CPUs),
-    /// used by the static policy when `reservedSystemCPUs` is empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserved_cpu_count: Option<usize>,
-    /// `topologyManagerPolicy` (empty means `none`).
-    #[serde(default)]
-    pub topology_manager_policy: String,
-    /// `topologyManagerScope` (empty means `container`).
-    #[serde(default)]
-    pub topology_manager_scope: String,
-    /// `topologyManagerPolicyOptions`.
-    #[serde(default)]
-    pub topology_manager_policy_options: BTreeMap<String, String>,
-}
-
-impl OwnedConfig {
-    /// The CPU manager policy with the kubelet's default applied.
-    pub fn cpu_policy(&self) -> &str {
-        if self.cpu_manager_policy.is_empty() {
-            POLICY_NONE
-        } else {
-            &self.cpu_manager_policy
-        }
-    }
-
-    /// The topology manager policy with the kubelet's default applied.
-    pub fn tm_policy(&self) -> &str {
-        if self.topology_manager_policy.is_empty() {
-            "none"
-        } else {
-            &self.topology_manager_policy
-        }
-    }
-
-    /// The topology manager scope with the kubelet's default applied.
-    pub fn tm_scope(&self) -> &str {
-        if self.topology_manager_scope.is_empty() {
-            "container"
-        } else {
-            &self.topology_manager_scope
-        }
-    }
-
-    /// The same configuration with the kubelet's defaults written out (policy `none`,
-    /// topology manager `none`/`container`), for comparisons.
-    pub fn normalized(&self) -> OwnedConfig {
-        OwnedConfig {
-            cpu_manager_policy: self.cpu_policy().to_string(),
-            topology_manager_policy: self.tm_policy().to_string(),
-            topology_manager_scope: self.tm_scope().to_string(),
-            ..self.clone()
-        }
-    }
-
-    fn reserved(&self) -> ReservedCpus {
-        if self.reserved_system_cpus.is_empty() {
-            ReservedCpus::Count(self.reserved_cpu_count.unwrap_or(0))
-        } else {
-            ReservedCpus::Explicit(self.reserved_system_cpus.clone())
-        }
-    }
-}
+pub use owned::{OptionFieldError, OwnedConfig};
 
 /// The kubelet's CPU manager checkpoint content as plain values.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -171,18 +93,10 @@ pub fn check_config(
     which: &'static str,
 ) -> Result<CheckedConfig, ChangeError> {
     let err = |why: String| ChangeError::Config { which, why };
-    let tm_policy: TmPolicy = config
-        .tm_policy()
-        .parse()
-        .map_err(|e| err(format!("topologyManagerPolicy: {e}")))?;
-    let tm_scope: TmScope = config
-        .tm_scope()
-        .parse()
-        .map_err(|e| err(format!("topologyManagerScope: {e}")))?;
-    TmOptions::from_map(&config.topology_manager_policy_options)
-        .map_err(|e| err(format!("topologyManagerPolicyOptions: {e}")))?;
-    let policy = match config.cpu_policy() {
-        POLICY_NONE => {
+    config.tm_options().map_err(|e| err(e.to_string()))?;
+    let tm_policy = config.topology_manager_policy;
+    let policy = match config.cpu_manager_policy {
+        CpuManagerPolicy::None => {
             if !config.cpu_manager_policy_options.is_empty() {
                 // The kubelet ignores options under none; nodetopo refuses to write a
                 // configuration whose options would silently do nothing.
@@ -192,9 +106,8 @@ pub fn check_config(
             }
             None
         }
-        POLICY_STATIC => {
-            let options = StaticPolicyOptions::from_map(&config.cpu_manager_policy_options)
-                .map_err(|e| err(format!("cpuManagerPolicyOptions: {e}")))?;
+        CpuManagerPolicy::Static => {
+            let options = config.static_options().map_err(|e| err(e.to_string()))?;
             options
                 .validate_for(topology, tm_policy == TmPolicy::SingleNumaNode)
                 .map_err(|e| err(format!("cpuManagerPolicyOptions: {e}")))?;
@@ -213,17 +126,12 @@ pub fn check_config(
                     .map_err(|e| err(format!("cpu manager: {e}")))?,
             )
         }
-        other => {
-            return Err(err(format!(
-                "cpuManagerPolicy {other:?} is not one of \"none\", \"static\""
-            )))
-        }
     };
     Ok(CheckedConfig {
         config: config.clone(),
         policy,
         tm_policy,
-        tm_scope,
+        tm_scope: config.topology_manager_scope,
     })
 }
 
@@ -240,7 +148,7 @@ pub fn kubelet_start(
         }
         return Ok(fresh);
     };
-    let configured = cfg.config.cpu_policy();
+    let configured = cfg.config.cpu_manager_policy.as_str();
     if s.policy_name != configured {
         return Err(format!(
             "could not restore state from checkpoint: configured policy {configured:?} differs from state checkpoint policy {:?}",
@@ -387,8 +295,8 @@ pub fn config_diff(current: &OwnedConfig, desired: &OwnedConfig) -> Vec<String> 
     };
     diff(
         "cpuManagerPolicy",
-        current.cpu_policy().into(),
-        desired.cpu_policy().into(),
+        current.cpu_manager_policy.to_string(),
+        desired.cpu_manager_policy.to_string(),
     );
     diff(
         "cpuManagerPolicyOptions",
@@ -398,13 +306,13 @@ pub fn config_diff(current: &OwnedConfig, desired: &OwnedConfig) -> Vec<String> 
     diff("reservedSystemCPUs", reserved(current), reserved(desired));
     diff(
         "topologyManagerPolicy",
-        current.tm_policy().into(),
-        desired.tm_policy().into(),
+        current.topology_manager_policy.name().into(),
+        desired.topology_manager_policy.name().into(),
     );
     diff(
         "topologyManagerScope",
-        current.tm_scope().into(),
-        desired.tm_scope().into(),
+        current.topology_manager_scope.name().into(),
+        desired.topology_manager_scope.name().into(),
     );
     diff(
         "topologyManagerPolicyOptions",
@@ -442,7 +350,10 @@ pub fn plan_change(input: ChangeInput<'_>) -> Result<ChangePlan, ChangeError> {
     let mut steps = Vec::new();
     let mut non_conforming = Vec::new();
 
-    let (old_policy, new_policy) = (input.current.cpu_policy(), input.desired.cpu_policy());
+    let (old_policy, new_policy) = (
+        input.current.cpu_manager_policy.as_str(),
+        input.desired.cpu_manager_policy.as_str(),
+    );
     // The policy the state file was written by (a missing file is the configured policy's).
     let state_policy = input.state.map_or(old_policy, |s| s.policy_name.as_str());
 
@@ -706,8 +617,8 @@ fn restart_only_reason(
     if current.cpu_manager_policy_options != desired.cpu_manager_policy_options {
         parts.push("the CPU manager options affect only future admissions".into());
     }
-    if current.tm_policy() != desired.tm_policy()
-        || current.tm_scope() != desired.tm_scope()
+    if current.topology_manager_policy != desired.topology_manager_policy
+        || current.topology_manager_scope != desired.topology_manager_scope
         || current.topology_manager_policy_options != desired.topology_manager_policy_options
     {
         parts.push("the topology manager settings affect only admissions (every running pod passes re-admission)".into());
@@ -730,9 +641,9 @@ fn plan_policy_switch(
     config_changes: Vec<String>,
     state_policy: &str,
 ) -> ChangePlan {
-    let new_policy = desired.config.cpu_policy();
+    let new_policy = desired.config.cpu_manager_policy.as_str();
     let mut affected: BTreeSet<String> = BTreeSet::new();
-    let reason = if new_policy == POLICY_STATIC {
+    let reason = if desired.config.cpu_manager_policy == CpuManagerPolicy::Static {
         for p in input.pods {
             if p.all_containers().any(|c| guaranteed_cpus(p, c) > 0) {
                 affected.insert(p.key());

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::admission::{self, MemoryManagerConfig, NodeConfig};
+use crate::admission::NodeConfig;
+use crate::change::{OptionFieldError, OwnedConfig};
 use crate::cpumanager::options::OptionsError;
-use crate::cpumanager::{ReservedCpus, StaticPolicyOptions};
-use crate::topologymanager::{TmError, TmOptions};
+use crate::topologymanager::TmError;
 
 pub mod rules;
 pub mod validate;
@@ -52,6 +52,17 @@ impl CpuManagerPolicy {
             Self::None => "none",
             Self::Static => "static",
         }
+    }
+}
+
+impl std::str::FromStr for CpuManagerPolicy {
+    type Err = String;
+    /// The kubelet's names only (`none`, `static`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::None, Self::Static]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not one of \"none\", \"static\""))
     }
 }
 
@@ -142,9 +153,10 @@ impl From<ValidationError> for SpecError {
 
 /// The spec (at `spec.cpuManager` and `spec.topologyManager`) as the engine's
 /// [`NodeConfig`]: validated once ([`validate::validate_config`], every error reported),
-/// then converted with every field of both sides stated, so that a new field fails to
-/// compile here until it is handled. The spec names no devices and no Memory Manager
-/// policy; those stay empty and `None`.
+/// then turned into the kubelet's fields ([`OwnedConfig::from_spec`], the conversion the
+/// agent's actuation and `apply --policy` use too) and those into a [`NodeConfig`]
+/// ([`OwnedConfig::node_config`], the one conversion from kubelet fields). The spec names
+/// no devices and no Memory Manager policy; those stay empty and `None`.
 pub fn node_config(
     cpu: &CpuManagerConfig,
     tm: &TopologyManagerConfig,
@@ -153,38 +165,10 @@ pub fn node_config(
     if !errors.is_empty() {
         return Err(SpecError::Rules(errors));
     }
-    let CpuManagerConfig {
-        policy: cpu_policy,
-        options: cpu_options,
-        reserved_system_cpus: _,
-        reserved_cpus: _,
-    } = cpu;
-    let cpu = match cpu_policy {
-        CpuManagerPolicy::None => admission::CpuManagerConfig::None,
-        CpuManagerPolicy::Static => {
-            let options =
-                StaticPolicyOptions::from_map(cpu_options).map_err(SpecError::CpuManagerOptions)?;
-            let reserved = match validate::reservation(cpu)? {
-                Reservation::None => ReservedCpus::Count(0),
-                Reservation::Count(n) => ReservedCpus::Count(n),
-                Reservation::Explicit(s) => ReservedCpus::Explicit(s),
-            };
-            admission::CpuManagerConfig::Static { reserved, options }
-        }
-    };
-    let TopologyManagerConfig {
-        policy,
-        scope,
-        options,
-    } = tm;
-    let tm_options = TmOptions::from_map(options).map_err(SpecError::TopologyManagerOptions)?;
-    Ok(NodeConfig {
-        cpu,
-        tm_policy: *policy,
-        tm_scope: *scope,
-        tm_options,
-        devices: Vec::new(),
-        device_resources: Vec::new(),
-        memory: MemoryManagerConfig::None,
-    })
+    OwnedConfig::from_spec(cpu, tm)?
+        .node_config()
+        .map_err(|e| match e {
+            OptionFieldError::Cpu(e) => SpecError::CpuManagerOptions(e),
+            OptionFieldError::Tm(e) => SpecError::TopologyManagerOptions(e),
+        })
 }

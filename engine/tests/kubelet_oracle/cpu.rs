@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use nodetopo_engine::admission::cpu_hints as cpu_provider;
-use nodetopo_engine::admission::{CpuManagerConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
+use nodetopo_engine::admission::{CpuPolicyConfig, MemoryManagerConfig, NodeAdmitter, NodeConfig};
 use nodetopo_engine::cpumanager::{CpuState, ReservedCpus, StaticPolicy, StaticPolicyOptions};
 use nodetopo_engine::topologymanager::options::OptionGates;
 use nodetopo_engine::topologymanager::{NumaMask, ProviderHints, ResourceHints};
@@ -153,7 +153,7 @@ pub(crate) fn run_engine(c: &CaseJson) -> Result<Answer, String> {
         None => MemoryManagerConfig::None,
     };
     let config = NodeConfig {
-        cpu: CpuManagerConfig::Static { reserved, options },
+        cpu: CpuPolicyConfig::Static { reserved, options },
         tm_policy,
         tm_scope,
         tm_options,

@@ -40,7 +40,10 @@ fn flags_override_files_and_dropins() {
         )
         .unwrap();
     assert_eq!(c.owned.reserved_system_cpus.to_string(), "0,32");
-    assert_eq!(c.owned.topology_manager_policy, "single-numa-node");
+    assert_eq!(
+        c.owned.topology_manager_policy,
+        TopologyManagerPolicy::SingleNumaNode
+    );
     assert_eq!(
         c.owned
             .cpu_manager_policy_options
@@ -241,12 +244,11 @@ fn gate_sets_the_kubelet_refuses() {
 #[test]
 fn flags_overriding_the_dropin_are_refused() {
     let mut want = OwnedConfig {
-        cpu_manager_policy: "static".into(),
+        cpu_manager_policy: CpuManagerPolicy::Static,
         reserved_system_cpus: CpuSet::parse("0-3").unwrap(),
-        topology_manager_policy: "restricted".into(),
+        topology_manager_policy: TopologyManagerPolicy::Restricted,
         ..Default::default()
-    }
-    .normalized();
+    };
     want.cpu_manager_policy_options
         .insert("full-pcpus-only".into(), "true".into());
     for fine in [

@@ -3,13 +3,10 @@
 //! `status.change` ([`change_status`]), and what earlier attempts of a generation did
 //! ([`Earlier`]).
 
-use std::path::Path;
-
 use nodetopo_crds::conditions::{self, reason, ConditionSpec};
 use nodetopo_crds::rollout::EvictionMode;
 use nodetopo_crds::{ChangeStatus, ChangeStepStatus, NodeTopologySpec};
 use nodetopo_engine::change::{ChangeClass, ChangePlan, OwnedConfig};
-use nodetopo_kubelet::config as kubelet;
 
 use crate::actuation::{backup_of, ApplyReport, KubeletFiles, Recovery};
 
@@ -365,8 +362,10 @@ const ACCEPTED_EVICTION: &str = "requested (Eviction API)";
 /// The owned kubelet fields a NodeTopology spec asks for (the same reading as `apply
 /// --policy`).
 pub fn desired_from_spec(spec: &NodeTopologySpec) -> anyhow::Result<OwnedConfig> {
-    let text = serde_json::to_string(&serde_json::json!({ "spec": spec }))?;
-    kubelet::desired_from_policy(&text, Path::new("NodeTopology spec"))
+    Ok(OwnedConfig::from_spec(
+        &spec.cpu_manager,
+        &spec.topology_manager,
+    )?)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use nodetopo_crds::nrt::{CommandLine, KubeletTm, TopologyManagerView};
 use nodetopo_engine::topologymanager::options::OptionGates;
-use nodetopo_engine::topologymanager::{TmOptions, TmPolicy, TmScope};
+use nodetopo_engine::topologymanager::TmOptions;
 use nodetopo_kubelet::cmdline::{self, Checked, ConfigFlags, KubeletCommandLine, ProcessCheck};
 use nodetopo_kubelet::config::{self as kubelet, KubeletFileConfig};
 
@@ -171,7 +171,9 @@ pub fn tm_flags(flags: &ConfigFlags) -> Vec<String> {
 /// kubelet's defaults (`none`, `container`, 8 NUMA nodes) for what they leave out, and its
 /// options checked under the feature gates they set (alpha off, beta on by default), as
 /// the kubelet checks them at start: a value it would refuse is an error naming the field
-/// (and the flag, where the command line set it), not a guess.
+/// (and the flag, where the command line set it), not a guess. Policy and scope come typed
+/// from the reader ([`kubelet::read_config_with_flags`] refuses a name the kubelet does
+/// not know, naming the file or the flag).
 pub fn tm_view(
     files: &KubeletFileConfig,
     flags: &ConfigFlags,
@@ -186,28 +188,6 @@ pub fn tm_view(
         } else {
             key.to_string()
         }
-    };
-    let policy: TmPolicy = owned.tm_policy().parse().map_err(|e| {
-        format!(
-            "{}: {e}",
-            named(
-                "topologyManagerPolicy",
-                flags.topology_manager_policy.is_some()
-            )
-        )
-    })?;
-    let scope: TmScope = if owned.topology_manager_scope.is_empty() {
-        TmScope::Container
-    } else {
-        owned.topology_manager_scope.parse().map_err(|e| {
-            format!(
-                "{}: {e}",
-                named(
-                    "topologyManagerScope",
-                    flags.topology_manager_scope.is_some()
-                )
-            )
-        })?
     };
     let gate =
         |name: &str, default: bool| files.feature_gates.get(name).copied().unwrap_or(default);
@@ -226,8 +206,8 @@ pub fn tm_view(
         )
     })?;
     Ok(TopologyManagerView {
-        policy,
-        scope,
+        policy: owned.topology_manager_policy,
+        scope: owned.topology_manager_scope,
         max_numa_nodes: options.max_allowable_numa_nodes,
     })
 }
@@ -235,6 +215,7 @@ pub fn tm_view(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use nodetopo_engine::topologymanager::{TmPolicy, TmScope};
 
     fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
         let p = dir.join(name);

@@ -36,7 +36,7 @@ use nodetopo_crds::nrt::{
     NodePod, NodeResourceTopology, NrtInput, ReservedSource,
 };
 use nodetopo_crds::{KubeletObserved, KubeletSource, NodeTopologyStatus, AGENT_FIELD_MANAGER};
-use nodetopo_engine::admission::{CpuManagerConfig, Pools};
+use nodetopo_engine::admission::{CpuPolicyConfig, Pools};
 use nodetopo_engine::CpuSet;
 
 use crate::daemon::core::Core;
@@ -223,7 +223,7 @@ fn pinned_blocks(v: &KubeletView) -> Result<Vec<MemoryBlock>, String> {
 /// name an assignment whose CPU list does not parse.
 fn kubelet_cpu_accounting(
     k: &KubeletObserved,
-    config: &CpuManagerConfig,
+    config: &CpuPolicyConfig,
     pools: &Pools,
     reserved: CpuSet,
 ) -> Result<CpuAccounting, String> {

@@ -2,7 +2,7 @@
 //! (pods admitted after the refused one are not there), and the summary's bound.
 
 use super::*;
-use crate::admission::{CpuManagerConfig, NodeConfig};
+use crate::admission::{CpuPolicyConfig, NodeConfig};
 use crate::cpumanager::{ReservedCpus, StaticPolicyOptions};
 use crate::devicemanager::DeviceSpec;
 use crate::pod::{Container, ResourceList};
@@ -69,7 +69,7 @@ fn pod(name: &str, containers: Vec<Container>) -> Pod {
 
 fn config(reserved: &str, options: StaticPolicyOptions, policy: TmPolicy) -> NodeConfig {
     NodeConfig {
-        cpu: CpuManagerConfig::Static {
+        cpu: CpuPolicyConfig::Static {
             reserved: ReservedCpus::Explicit(CpuSet::parse(reserved).expect("a cpuset")),
             options,
         },

@@ -204,10 +204,10 @@ fn desired_fields_from_a_spec() {
     }))
     .unwrap();
     let d = desired_from_spec(&spec).unwrap();
-    assert_eq!(d.cpu_manager_policy, "static");
+    assert_eq!(d.cpu_manager_policy.as_str(), "static");
     assert_eq!(d.reserved_system_cpus.to_string(), "0,32");
-    assert_eq!(d.topology_manager_policy, "single-numa-node");
-    assert_eq!(d.topology_manager_scope, "pod");
+    assert_eq!(d.topology_manager_policy.name(), "single-numa-node");
+    assert_eq!(d.topology_manager_scope.name(), "pod");
     assert_eq!(d.cpu_manager_policy_options["full-pcpus-only"], "true");
 }
 
