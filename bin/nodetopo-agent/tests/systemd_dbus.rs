@@ -14,6 +14,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::fs;
 use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -114,12 +115,33 @@ struct Fake {
     stuck: Option<&'static str>,
     next_job: u32,
     /// The guard's process, started from StartTransientUnit's ExecStart as systemd would.
-    guard: Option<Child>,
+    guard: Option<GuardProcess>,
     /// The directory whose `systemctl` (recording its calls) the guard finds first in PATH.
     guard_bin: Option<PathBuf>,
     /// SIGKILL the agent (`agent`) when this call arrives (e.g. `StopUnit(kubelet.service`).
     kill_at: Option<&'static str>,
     agent: Option<u32>,
+}
+
+/// The guard's process as the fake systemd runs it. Stopping it (or dropping it while it
+/// runs) ends every process of it, the script and its `sleep`, as systemd stops a unit, so
+/// no `sleep` outlives the test.
+struct GuardProcess(Child);
+
+impl GuardProcess {
+    fn stop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let group = format!("-{}", self.0.id());
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for GuardProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -156,8 +178,7 @@ impl Manager {
         }
         if name == GUARD && method == "StopUnit" {
             if let Some(mut g) = f.guard.take() {
-                let _ = g.kill();
-                let _ = g.wait();
+                g.stop();
             }
             f.units.remove(name);
         }
@@ -246,9 +267,12 @@ impl Manager {
                     format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
                 )
                 .stdout(Stdio::null())
+                // Its own process group, standing for the unit's cgroup: stopping the unit
+                // ends the script's `sleep` too, as systemd's KillMode=control-group does.
+                .process_group(0)
                 .spawn()
                 .unwrap();
-            f.guard = Some(child);
+            f.guard = Some(GuardProcess(child));
             f.units.insert(name.to_string());
             f.calls.push(format!("guard argv: {}", argv[4..].join(" ")));
         }
@@ -671,7 +695,7 @@ async fn guard_over_dbus() {
         );
         let guard = shared.lock().unwrap().guard.take();
         let mut guard = guard.expect("no guard was started");
-        let gs = tokio::task::spawn_blocking(move || guard.wait().unwrap())
+        let gs = tokio::task::spawn_blocking(move || guard.0.wait().unwrap())
             .await
             .unwrap();
         assert!(gs.success(), "{at}: the guard failed: {gs}");
