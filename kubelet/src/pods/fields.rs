@@ -2,10 +2,10 @@
 //!
 //! A pod reaches the conversion ([`super::engine_pod`]) from two places: YAML read here
 //! ([`manifest::Pod`], local mode and `nodetopo plan`) and the API server's typed Pod in the
-//! agent. Each source lends its fields to a [`PodFields`] (names and quantity texts are
-//! borrowed, never copied), so there is one conversion and neither source is rewritten into
-//! the other's shape. The agent builds its view from k8s-openapi's Pod itself: this crate
-//! stays free of k8s-openapi (a fast build for `nodetopo plan`).
+//! agent. Each source lends its fields to a [`PodFields`] through the same borrow
+//! ([`crate::pod_fields!`]; names and quantity texts are borrowed, never copied), so there is
+//! one conversion and neither source is rewritten into the other's shape. This crate stays
+//! free of k8s-openapi (a fast build for `nodetopo plan`).
 //!
 //! The creation time is not here: the engine does not read it. The agent orders admission by
 //! it and takes it from each source typed (the API's `Time` as is, the YAML text parsed once).
@@ -64,41 +64,143 @@ pub struct StatusFields<'a> {
     pub message: Option<&'a str>,
 }
 
-impl manifest::Pod {
-    /// The fields placement reads, borrowed from this pod.
-    pub fn fields(&self) -> PodFields<'_> {
-        let meta = &self.metadata;
-        let status = self.status.as_ref();
-        PodFields {
-            name: meta.name.as_deref(),
-            namespace: meta.namespace.as_deref(),
-            uid: meta.uid.as_deref(),
-            spec: self.spec.as_ref().map(|s| SpecFields {
-                init_containers: s.init_containers.iter().flatten().map(container).collect(),
-                containers: s.containers.iter().map(container).collect(),
+/// Borrows the [`PodFields`] of a Pod of k8s-openapi's shape: a [`manifest::Pod`]
+/// ([`manifest::Pod::fields`]) or `k8s_openapi::api::core::v1::Pod` (in the agent).
+///
+/// The manifest types mirror k8s-openapi's field for field, so one borrow reads both, and
+/// this crate needs no k8s-openapi; a field that drifts in either shape stops the build
+/// where the macro is used.
+#[macro_export]
+macro_rules! pod_fields {
+    ($pod:expr) => {{
+        let pod = $pod;
+        let status = pod.status.as_ref();
+        $crate::pods::PodFields {
+            name: pod.metadata.name.as_deref(),
+            namespace: pod.metadata.namespace.as_deref(),
+            uid: pod.metadata.uid.as_deref(),
+            spec: pod.spec.as_ref().map(|s| {
+                // Init containers, then app containers, through one borrow of a container.
+                let init = s.init_containers.as_ref().map_or(0, |cs| cs.len());
+                let mut init_containers: ::std::vec::Vec<_> = s
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .chain(&s.containers)
+                    .map(|c| {
+                        let res = c.resources.as_ref();
+                        $crate::pods::fields::ContainerFields {
+                            name: c.name.as_str(),
+                            restart_policy: c.restart_policy.as_deref(),
+                            limits: $crate::pods::fields::quantity_texts(
+                                res.and_then(|r| r.limits.as_ref()),
+                                |q| q.0.as_str(),
+                            ),
+                            requests: $crate::pods::fields::quantity_texts(
+                                res.and_then(|r| r.requests.as_ref()),
+                                |q| q.0.as_str(),
+                            ),
+                        }
+                    })
+                    .collect();
+                let containers = init_containers.split_off(init);
+                $crate::pods::fields::SpecFields {
+                    init_containers,
+                    containers,
+                }
             }),
-            status: StatusFields {
+            status: $crate::pods::fields::StatusFields {
                 phase: status.and_then(|s| s.phase.as_deref()),
                 reason: status.and_then(|s| s.reason.as_deref()),
                 message: status.and_then(|s| s.message.as_deref()),
             },
         }
-    }
+    }};
 }
 
-fn container(c: &manifest::Container) -> ContainerFields<'_> {
-    let res = c.resources.as_ref();
-    ContainerFields {
-        name: &c.name,
-        restart_policy: c.restart_policy.as_deref(),
-        limits: quantities(res.and_then(|r| r.limits.as_ref())),
-        requests: quantities(res.and_then(|r| r.requests.as_ref())),
-    }
-}
-
-fn quantities(m: Option<&BTreeMap<String, manifest::Quantity>>) -> BTreeMap<&str, &str> {
+/// A resource map's quantities as text (`text` reads a quantity type's string), borrowed:
+/// what [`pod_fields!`](crate::pod_fields) makes of `resources.limits` and
+/// `resources.requests`. An absent map is an empty one.
+pub fn quantity_texts<'a, Q>(
+    m: Option<&'a BTreeMap<String, Q>>,
+    text: fn(&'a Q) -> &'a str,
+) -> BTreeMap<&'a str, &'a str> {
     m.into_iter()
         .flatten()
-        .map(|(name, q)| (name.as_str(), q.0.as_str()))
+        .map(|(name, q)| (name.as_str(), text(q)))
         .collect()
+}
+
+impl manifest::Pod {
+    /// The fields placement reads, borrowed from this pod.
+    pub fn fields(&self) -> PodFields<'_> {
+        crate::pod_fields!(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_lends_exactly_the_fields_placement_reads() {
+        let yaml = r#"
+kind: Pod
+metadata: {name: web-0, uid: u-1, creationTimestamp: "2024-05-01T10:00:00Z", labels: {a: b}}
+spec:
+  initContainers:
+  - {name: setup, resources: {limits: {cpu: "1"}}}
+  - {name: sidecar, restartPolicy: Always}
+  containers:
+  - name: app
+    image: ignored
+    resources: {requests: {cpu: 2, memory: 1Gi}, limits: {cpu: "2"}}
+status: {phase: Failed, reason: TopologyAffinityError, message: m}
+"#;
+        let pods = crate::pods::pods_from_yaml(yaml).expect("parses");
+        let map = |kv: &[(&'static str, &'static str)]| kv.iter().copied().collect();
+        let want = PodFields {
+            name: Some("web-0"),
+            namespace: None,
+            uid: Some("u-1"),
+            spec: Some(SpecFields {
+                init_containers: vec![
+                    ContainerFields {
+                        name: "setup",
+                        restart_policy: None,
+                        limits: map(&[("cpu", "1")]),
+                        requests: map(&[]),
+                    },
+                    ContainerFields {
+                        name: "sidecar",
+                        restart_policy: Some("Always"),
+                        ..Default::default()
+                    },
+                ],
+                containers: vec![ContainerFields {
+                    name: "app",
+                    restart_policy: None,
+                    limits: map(&[("cpu", "2")]),
+                    requests: map(&[("cpu", "2"), ("memory", "1Gi")]),
+                }],
+            }),
+            status: StatusFields {
+                phase: Some("Failed"),
+                reason: Some("TopologyAffinityError"),
+                message: Some("m"),
+            },
+        };
+        assert_eq!(pods[0].fields(), want);
+        // No init containers, no status: nothing is taken from the app containers.
+        let bare = crate::pods::pods_from_yaml(
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a}, {name: b}]}\n",
+        )
+        .expect("parses");
+        let fields = bare[0].fields();
+        let spec = fields.spec.as_ref().expect("spec");
+        assert!(spec.init_containers.is_empty());
+        let names: Vec<_> = spec.containers.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(fields.status, StatusFields::default());
+    }
 }

@@ -1,7 +1,8 @@
 //! Pods into the core's pod records ([`PodInfo`]), from either source: the API server's Pod
-//! (cluster mode, the actuation guard) or a pod read from YAML (local mode).
+//! (cluster mode's watch, actuation's pod list) or a pod read from YAML (local mode).
 //!
-//! Both lend their fields to one [`PodFields`] and go through one conversion
+//! Both lend their fields to one [`nodetopo_kubelet::pods::PodFields`] through the same
+//! borrow ([`nodetopo_kubelet::pod_fields!`]) and go through one conversion
 //! ([`nodetopo_kubelet::pods::engine_pod`] for the engine's pod, [`PodInfo::new`] for the
 //! rest); neither is copied into the other's shape. The creation time, the admission order's
 //! first key, stays typed: the API's `Time` is taken as is, and a YAML pod's text is parsed
@@ -9,13 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod as ApiPod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::Pod as ApiPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodetopo_engine::admission::replay;
 use nodetopo_engine::Pod;
-use nodetopo_kubelet::pods::fields::{ContainerFields, SpecFields, StatusFields};
-use nodetopo_kubelet::pods::{engine_pod, manifest, PodFields};
+use nodetopo_kubelet::pods::fields::StatusFields;
+use nodetopo_kubelet::pods::{engine_pod, manifest};
 
 /// Why a pod cannot be tracked (listed among the pod problems).
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,7 @@ pub struct PodInfo {
 impl PodInfo {
     /// Converts one Pod from the API server; errors name the pod.
     pub fn from_k8s(p: &ApiPod) -> Result<Self, PodError> {
-        let fields = api_fields(p);
+        let fields = nodetopo_kubelet::pod_fields!(p);
         let pod = engine_pod(&fields)?;
         let mut info = Self::new(pod, p.metadata.creation_timestamp.clone(), fields.status);
         info.running = running_containers(p);
@@ -105,43 +105,6 @@ impl PodInfo {
             running: BTreeMap::new(),
         }
     }
-}
-
-/// The fields of an API Pod that placement reads, borrowed.
-fn api_fields(p: &ApiPod) -> PodFields<'_> {
-    let meta = &p.metadata;
-    let status = p.status.as_ref();
-    PodFields {
-        name: meta.name.as_deref(),
-        namespace: meta.namespace.as_deref(),
-        uid: meta.uid.as_deref(),
-        spec: p.spec.as_ref().map(|s| SpecFields {
-            init_containers: s.init_containers.iter().flatten().map(container).collect(),
-            containers: s.containers.iter().map(container).collect(),
-        }),
-        status: StatusFields {
-            phase: status.and_then(|s| s.phase.as_deref()),
-            reason: status.and_then(|s| s.reason.as_deref()),
-            message: status.and_then(|s| s.message.as_deref()),
-        },
-    }
-}
-
-fn container(c: &ApiContainer) -> ContainerFields<'_> {
-    let res = c.resources.as_ref();
-    ContainerFields {
-        name: &c.name,
-        restart_policy: c.restart_policy.as_deref(),
-        limits: quantities(res.and_then(|r| r.limits.as_ref())),
-        requests: quantities(res.and_then(|r| r.requests.as_ref())),
-    }
-}
-
-fn quantities(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<&str, &str> {
-    m.into_iter()
-        .flatten()
-        .map(|(name, q)| (name.as_str(), q.0.as_str()))
-        .collect()
 }
 
 /// The running containers of an API Pod: name -> `containerID` (app and init containers
