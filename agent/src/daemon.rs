@@ -1,7 +1,7 @@
 //! `run`: the node agent daemon.
 //!
 //! The decisions live in [`core`] (a pure state machine); [`inputs`] are what it reads
-//! besides pods, [`publish`] what goes out besides the status, and [`shells`] (cluster and
+//! (pods included), [`publish`] what goes out besides the status, and [`shells`] (cluster and
 //! local mode) feed it events and write what comes out: the checkpoint first, then the
 //! status, so no published allocation can be lost by a crash.
 

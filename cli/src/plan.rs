@@ -295,7 +295,7 @@ pub fn build(args: &Args) -> anyhow::Result<Plan> {
                 .with_context(|| format!("reading --pods {}", path.display()))?
             {
                 pods.push(
-                    crate::pods::engine_pod(&k)
+                    crate::pods::engine_pod(&k.fields())
                         .with_context(|| format!("converting a pod of {}", path.display()))?,
                 );
             }

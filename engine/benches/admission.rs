@@ -24,7 +24,6 @@ fn pods(sizes: &[u64], n: usize) -> Vec<Pod> {
                 namespace: "default".into(),
                 name: format!("c{}", i + 1),
                 uid: format!("default/c{}", i + 1),
-                creation_timestamp: None,
                 init_containers: vec![],
                 containers: vec![Container {
                     name: "main".into(),

@@ -59,9 +59,6 @@ pub struct Pod {
     pub name: String,
     /// UID (the key of allocations).
     pub uid: String,
-    /// Creation timestamp (RFC 3339), the first key of the stable admission order.
-    #[serde(default)]
-    pub creation_timestamp: Option<String>,
     /// Init containers, in order.
     #[serde(default)]
     pub init_containers: Vec<Container>,

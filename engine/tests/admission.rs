@@ -70,7 +70,6 @@ fn pod(name: &str, init: Vec<Container>, app: Vec<Container>) -> Pod {
         namespace: "default".into(),
         name: name.into(),
         uid: format!("uid-{name}"),
-        creation_timestamp: None,
         init_containers: init,
         containers: app,
     }

@@ -256,7 +256,6 @@ fn gen_state(
                 namespace: "default".into(),
                 name: uid.clone(),
                 uid,
-                creation_timestamp: None,
                 init_containers: vec![],
                 containers,
             });

@@ -98,7 +98,6 @@ fn pod(uid: &str, containers: &[(&str, u64)]) -> Pod {
         namespace: "default".into(),
         name: uid.into(),
         uid: uid.into(),
-        creation_timestamp: None,
         init_containers: vec![],
         containers: containers
             .iter()

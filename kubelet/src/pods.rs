@@ -1,6 +1,7 @@
-//! Kubernetes Pods into engine pods, and Pod YAML (Pods or workload templates) into Pods.
+//! Pods into engine pods, and Pod YAML (Pods or workload templates) into Pods.
 //!
-//! [`engine_pod`] applies what the API server would have done before the kubelet sees a pod
+//! [`engine_pod`] converts a pod's fields as placement reads them ([`PodFields`], borrowed
+//! from YAML here or from the API server's Pod in the agent). It applies what the API server would have done before the kubelet sees a pod
 //! (a limit without a request means request = limit) and parses every quantity exactly
 //! (CPU in millicores, memory and huge pages in bytes, extended resources as whole counts).
 //! [`pods_from_yaml`] reads multi-document YAML as `kubectl apply -f` would and turns every
@@ -8,13 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use manifest::{Container as K8sContainer, Pod as K8sPod, Quantity as K8sQuantity};
-use manifest::{ObjectMeta, PodSpec};
+use fields::ContainerFields;
+pub use fields::PodFields;
+use manifest::{ObjectMeta, Pod as K8sPod, PodSpec};
 use nodetopo_engine::quantity::{self, QuantityError};
 use nodetopo_engine::{Container, Pod, ResourceList};
 use serde::Deserialize;
 use serde_yaml::Value;
 
+pub mod fields;
 pub mod manifest;
 
 /// Why a Pod (or a YAML document) could not be converted.
@@ -98,17 +101,14 @@ pub fn read_pod_file(path: &std::path::Path) -> anyhow::Result<String> {
 /// The namespace used when a Pod names none, as `kubectl` does with no context namespace.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// Converts a Kubernetes Pod into the engine's pod.
+/// Converts a pod's fields ([`PodFields`], borrowed from YAML or from the API's Pod) into
+/// the engine's pod.
 ///
 /// The UID is `metadata.uid`, or `namespace/name` when the pod has none (YAML written by
 /// hand, or `plan` input): that is unique on a node, which is all the engine needs.
-pub fn engine_pod(p: &K8sPod) -> Result<Pod, PodError> {
-    let namespace = p
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-    let name = p.metadata.name.clone().ok_or_else(|| PodError::Missing {
+pub fn engine_pod<'a>(p: &PodFields<'a>) -> Result<Pod, PodError> {
+    let namespace = p.namespace.unwrap_or(DEFAULT_NAMESPACE);
+    let name = p.name.ok_or_else(|| PodError::Missing {
         pod: format!("{namespace}/<unnamed>"),
         field: "metadata.name",
     })?;
@@ -117,63 +117,55 @@ pub fn engine_pod(p: &K8sPod) -> Result<Pod, PodError> {
         pod: key.clone(),
         field: "spec",
     })?;
-    let uid = p.metadata.uid.clone().unwrap_or_else(|| key.clone());
+    let uid = p.uid.map_or_else(|| key.clone(), str::to_string);
     let mut seen = std::collections::BTreeSet::new();
-    let mut convert = |cs: &[K8sContainer], init: bool| -> Result<Vec<Container>, PodError> {
-        cs.iter()
-            .map(|c| {
-                if !seen.insert(c.name.clone()) {
-                    return Err(PodError::DuplicateContainer {
-                        pod: key.clone(),
-                        container: c.name.clone(),
-                    });
-                }
-                container(&key, c, init)
-            })
-            .collect()
-    };
-    let init_containers = convert(spec.init_containers.as_deref().unwrap_or_default(), true)?;
+    let mut convert =
+        |cs: &[ContainerFields<'a>], init: bool| -> Result<Vec<Container>, PodError> {
+            cs.iter()
+                .map(|c| {
+                    if !seen.insert(c.name) {
+                        return Err(PodError::DuplicateContainer {
+                            pod: key.clone(),
+                            container: c.name.to_string(),
+                        });
+                    }
+                    container(&key, c, init)
+                })
+                .collect()
+        };
+    let init_containers = convert(&spec.init_containers, true)?;
     let containers = convert(&spec.containers, false)?;
     Ok(Pod {
-        namespace,
-        name,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
         uid,
-        creation_timestamp: p
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.to_string()),
         init_containers,
         containers,
     })
 }
 
-fn container(pod: &str, c: &K8sContainer, init: bool) -> Result<Container, PodError> {
-    let empty = BTreeMap::new();
-    let res = c.resources.as_ref();
-    let limits_raw = res.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
-    let requests_raw = res.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
+fn container(pod: &str, c: &ContainerFields, init: bool) -> Result<Container, PodError> {
     // API-server defaulting: every limit without a request becomes the request.
-    let mut requests_eff = requests_raw.clone();
-    for (k, v) in limits_raw {
-        requests_eff.entry(k.clone()).or_insert_with(|| v.clone());
+    let mut requests_eff = c.requests.clone();
+    for (&k, &v) in &c.limits {
+        requests_eff.entry(k).or_insert(v);
     }
-    let list = |m: &BTreeMap<String, K8sQuantity>, kind: &'static str| {
+    let list = |m: &BTreeMap<&str, &str>, kind: &'static str| {
         resource_list(m).map_err(|(resource, source)| PodError::Quantity {
             pod: pod.to_string(),
-            container: c.name.clone(),
+            container: c.name.to_string(),
             kind,
             resource,
             source: Box::new(source),
         })
     };
     // Limits first: a bad limit copied into the requests is reported where it was written.
-    let limits = list(limits_raw, "limits")?;
+    let limits = list(&c.limits, "limits")?;
     Ok(Container {
-        name: c.name.clone(),
+        name: c.name.to_string(),
         requests: list(&requests_eff, "requests")?,
         limits,
-        restartable: init && c.restart_policy.as_deref() == Some("Always"),
+        restartable: init && c.restart_policy == Some("Always"),
     })
 }
 
@@ -189,13 +181,10 @@ fn is_extended(name: &str) -> bool {
             .is_some_and(|d| d.ends_with(".kubernetes.io"))
 }
 
-fn resource_list(
-    m: &BTreeMap<String, K8sQuantity>,
-) -> Result<ResourceList, (String, QuantityError)> {
+fn resource_list(m: &BTreeMap<&str, &str>) -> Result<ResourceList, (String, QuantityError)> {
     let mut out = ResourceList::default();
-    for (name, q) in m {
-        let err = |e| (name.clone(), e);
-        let s = q.0.as_str();
+    for (&name, &s) in m {
+        let err = |e| (name.to_string(), e);
         if name == "cpu" {
             out.cpu_millis = Some(quantity::parse_millis(s).map_err(err)?);
         } else if name == "memory" {
@@ -206,7 +195,7 @@ fn resource_list(
                 .insert(size, quantity::parse_units(s).map_err(err)?);
         } else if is_extended(name) {
             out.extended
-                .insert(name.clone(), quantity::parse_count(s).map_err(err)?);
+                .insert(name.to_string(), quantity::parse_count(s).map_err(err)?);
         } else {
             // Other native resources (ephemeral-storage, ...) do not affect placement, but
             // a malformed amount is still an error rather than silently ignored.
@@ -363,7 +352,10 @@ pub fn read_pod_files(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<nodeto
         for k in
             pods_from_yaml(&text).with_context(|| format!("reading --pods {}", path.display()))?
         {
-            out.push(engine_pod(&k).with_context(|| format!("reading --pods {}", path.display()))?);
+            out.push(
+                engine_pod(&k.fields())
+                    .with_context(|| format!("reading --pods {}", path.display()))?,
+            );
         }
     }
     Ok(out)
@@ -395,13 +387,9 @@ spec:
     fn converts_with_defaulting() {
         let pods = pods_from_yaml(POD).expect("parses");
         assert_eq!(pods.len(), 1);
-        let p = engine_pod(&pods[0]).expect("converts");
+        let p = engine_pod(&pods[0].fields()).expect("converts");
         assert_eq!(p.key(), "prod/web-0");
         assert_eq!(p.uid, "u-1");
-        assert_eq!(
-            p.creation_timestamp.as_deref(),
-            Some("2024-05-01T10:00:00Z")
-        );
         assert_eq!(p.init_containers.len(), 2);
         assert!(!p.init_containers[0].restartable);
         assert!(p.init_containers[1].restartable);
@@ -448,7 +436,7 @@ items:
         let pods = pods_from_yaml(y).expect("parses");
         let keys: Vec<String> = pods
             .iter()
-            .map(|p| engine_pod(p).expect("converts").key())
+            .map(|p| engine_pod(&p.fields()).expect("converts").key())
             .collect();
         assert_eq!(
             keys,
@@ -462,13 +450,14 @@ items:
                 "default/d-0"
             ]
         );
-        assert_eq!(engine_pod(&pods[0]).expect("ok").uid, "shop/web-0");
+        assert_eq!(engine_pod(&pods[0].fields()).expect("ok").uid, "shop/web-0");
     }
 
     #[test]
     fn errors_name_the_problem() {
         let bad_qty = POD.replace("cpu: 500m", "cpu: 5x");
-        let e = engine_pod(&pods_from_yaml(&bad_qty).expect("yaml ok")[0]).expect_err("bad");
+        let e =
+            engine_pod(&pods_from_yaml(&bad_qty).expect("yaml ok")[0].fields()).expect_err("bad");
         assert_eq!(
             e.to_string(),
             "pod prod/web-0 container sidecar: resources.limits.cpu: invalid quantity \"5x\": unknown suffix"
@@ -477,11 +466,13 @@ items:
         assert!(e.to_string().contains("\"Service\""), "{e}");
         let e = pods_from_yaml("kind: Pod\nmetadata: {name: [\n").expect_err("yaml");
         assert!(e.to_string().starts_with("YAML document 1"), "{e}");
-        let e = engine_pod(&pods_from_yaml("kind: Pod\nmetadata: {name: p}\n").expect("ok")[0])
-            .expect_err("no spec");
+        let e = engine_pod(
+            &pods_from_yaml("kind: Pod\nmetadata: {name: p}\n").expect("ok")[0].fields(),
+        )
+        .expect_err("no spec");
         assert_eq!(e.to_string(), "pod default/p: missing spec");
         let dup = "kind: Pod\nmetadata: {name: p}\nspec: {initContainers: [{name: a}], containers: [{name: a}]}\n";
-        let e = engine_pod(&pods_from_yaml(dup).expect("ok")[0]).expect_err("dup");
+        let e = engine_pod(&pods_from_yaml(dup).expect("ok")[0].fields()).expect_err("dup");
         assert_eq!(
             e.to_string(),
             "pod default/p: duplicate container name \"a\""
@@ -498,7 +489,7 @@ items:
             MAX_PODS
         );
         let frac = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {example.com/gpu: 500m}}}]}\n";
-        let e = engine_pod(&pods_from_yaml(frac).expect("ok")[0]).expect_err("frac");
+        let e = engine_pod(&pods_from_yaml(frac).expect("ok")[0].fields()).expect_err("frac");
         assert!(e.to_string().contains("must be a whole number"), "{e}");
     }
 }

@@ -25,8 +25,7 @@ use nodetopo_crds::{NodeTopologySpec, NodeTopologyStatus, NodeTopologySummary, P
 use nodetopo_engine::admission::{replay, NodeAdmitter};
 use nodetopo_engine::cpumanager::CpuState;
 use nodetopo_engine::report::{AllocationReport, RejectionReport, TopologyReport};
-use nodetopo_engine::{CpuTopology, Pod, QosClass};
-use nodetopo_kubelet::pods::manifest;
+use nodetopo_engine::{CpuTopology, QosClass};
 
 pub use crate::actuation::cluster::Outcome;
 use crate::daemon::checkpoint::{self, CheckpointData};
@@ -43,138 +42,8 @@ mod topology_manager;
 
 use kubelet::show_kubelet_assignments;
 
-/// Why a pod cannot be tracked (listed among the pod problems).
-#[derive(Debug, thiserror::Error)]
-pub enum PodError {
-    /// The pod's resources or identity cannot be read.
-    #[error("{0}")]
-    Pod(#[from] nodetopo_kubelet::pods::PodError),
-    /// Its creation time is not a time.
-    #[error("pod {pod}: metadata.creationTimestamp {value:?} is not an RFC 3339 time: {source}")]
-    CreationTimestamp {
-        /// The pod (namespace/name).
-        pod: String,
-        /// The text found.
-        value: String,
-        /// The parse error.
-        #[source]
-        source: k8s_openapi::jiff::Error,
-    },
-}
-
-/// A pod as the core tracks it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodInfo {
-    /// The engine's view of the pod.
-    pub pod: Pod,
-    /// Creation time, for the admission order (`None` sorts first, like the zero time).
-    pub created: Option<Time>,
-    /// Phase Succeeded or Failed: its CPUs are released.
-    pub terminal: bool,
-    /// `status.phase` as the API shows it (empty when unset): the scheduler plugin's pod
-    /// set (NodeResourceTopology fingerprint) counts every phase but `Pending`.
-    pub phase: String,
-    /// The kubelet refused the pod at admission for a reason of its resource managers
-    /// (phase `Failed`, `status.reason` one of `replay::MANAGER_REASONS`): the reason and
-    /// the message.
-    pub kubelet_refusal: Option<(String, String)>,
-    /// Running containers (app and init): name -> `containerID` as the Pod status shows it
-    /// (`containerd://...`); where the cpuset audit finds their cgroups. Empty for pods read
-    /// from files (local mode has no container status).
-    pub running: BTreeMap<String, String>,
-}
-
-impl PodInfo {
-    /// Converts one Pod from the API server; errors name the pod. The fields placement
-    /// reads are copied into the YAML shape first, so both shells share one conversion
-    /// ([`PodInfo::from_manifest`]).
-    pub fn from_k8s(p: &k8s_openapi::api::core::v1::Pod) -> Result<Self, PodError> {
-        let mut info = Self::from_manifest(&manifest_of(p))?;
-        info.running = cgroups::running_containers(p);
-        Ok(info)
-    }
-
-    /// Converts one pod as read from YAML (local mode) or copied from the API's Pod.
-    pub fn from_manifest(p: &manifest::Pod) -> Result<Self, PodError> {
-        let pod = nodetopo_kubelet::pods::engine_pod(p)?;
-        let created = match &p.metadata.creation_timestamp {
-            None => None,
-            Some(t) => Some(Time(t.0.parse().map_err(|source| {
-                PodError::CreationTimestamp {
-                    pod: pod.key(),
-                    value: t.0.clone(),
-                    source,
-                }
-            })?)),
-        };
-        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        let kubelet_refusal = p
-            .status
-            .as_ref()
-            .filter(|_| phase == Some("Failed"))
-            .and_then(|s| {
-                let reason = s
-                    .reason
-                    .as_deref()
-                    .filter(|r| replay::is_manager_reason(r))?;
-                Some((reason.to_string(), s.message.clone().unwrap_or_default()))
-            });
-        Ok(Self {
-            kubelet_refusal,
-            terminal: matches!(phase, Some("Succeeded" | "Failed")),
-            phase: phase.unwrap_or_default().to_string(),
-            pod,
-            created,
-            running: BTreeMap::new(),
-        })
-    }
-}
-
-/// The fields of an API Pod that placement reads, in the YAML shape.
-fn manifest_of(p: &k8s_openapi::api::core::v1::Pod) -> manifest::Pod {
-    use k8s_openapi::api::core::v1::{Container as K8sContainer, ResourceRequirements};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    let quantities = |m: &Option<BTreeMap<String, Quantity>>| {
-        m.as_ref().map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), manifest::Quantity(v.0.clone())))
-                .collect()
-        })
-    };
-    let resources = |r: &ResourceRequirements| manifest::ResourceRequirements {
-        limits: quantities(&r.limits),
-        requests: quantities(&r.requests),
-    };
-    let container = |c: &K8sContainer| manifest::Container {
-        name: c.name.clone(),
-        resources: c.resources.as_ref().map(resources),
-        restart_policy: c.restart_policy.clone(),
-    };
-    manifest::Pod {
-        metadata: manifest::ObjectMeta {
-            name: p.metadata.name.clone(),
-            namespace: p.metadata.namespace.clone(),
-            uid: p.metadata.uid.clone(),
-            creation_timestamp: p
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| manifest::Time(t.0.to_string())),
-        },
-        spec: p.spec.as_ref().map(|s| manifest::PodSpec {
-            containers: s.containers.iter().map(container).collect(),
-            init_containers: s
-                .init_containers
-                .as_ref()
-                .map(|cs| cs.iter().map(container).collect()),
-        }),
-        status: p.status.as_ref().map(|s| manifest::PodStatus {
-            phase: s.phase.clone(),
-            reason: s.reason.clone(),
-            message: s.message.clone(),
-        }),
-    }
-}
+/// The pod record the pod [`Event`]s carry (built in [`crate::daemon::inputs::pods`]).
+pub use crate::daemon::inputs::pods::PodInfo;
 
 /// What the core reacts to.
 #[derive(Debug, Clone)]

@@ -660,7 +660,6 @@ mod tests {
             namespace: "default".into(),
             name: "p".into(),
             uid: "default/p".into(),
-            creation_timestamp: None,
             init_containers: Vec::new(),
             containers,
         }

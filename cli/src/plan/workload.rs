@@ -15,7 +15,6 @@ fn guaranteed(name: &str, cpu_millis: u64, memory: u64) -> Pod {
         namespace: "default".into(),
         name: name.into(),
         uid: format!("default/{name}"),
-        creation_timestamp: None,
         init_containers: Vec::new(),
         containers: vec![Container {
             name: "main".into(),

@@ -207,7 +207,6 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             uid: format!("uid-{name}"),
-            creation_timestamp: None,
             init_containers: init,
             containers,
         }

@@ -82,7 +82,6 @@ pub fn pod(ns: &str, name: &str, cpu_millis: &[u64]) -> Pod {
         namespace: ns.into(),
         name: name.into(),
         uid: format!("uid-{ns}-{name}"),
-        creation_timestamp: None,
         init_containers: vec![],
         containers,
     }

@@ -113,7 +113,6 @@ pub(crate) fn engine_pod(p: &PodJson) -> Pod {
         uid: p.uid.clone(),
         init_containers: p.init.iter().map(engine_container).collect(),
         containers: p.containers.iter().map(engine_container).collect(),
-        ..Pod::default()
     }
 }
 

@@ -94,7 +94,7 @@ pub fn pods_from_yaml(text: &str) -> Result<Vec<AuditPod>, String> {
     }
     let mut out = Vec::new();
     for m in &manifests {
-        let pod = crate::pods::engine_pod(m).map_err(|e| e.to_string())?;
+        let pod = crate::pods::engine_pod(&m.fields()).map_err(|e| e.to_string())?;
         let key = pod.key();
         let ids = match statuses.get(&pod.uid) {
             Some(s) => status_ids(&key, s)?,

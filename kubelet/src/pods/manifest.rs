@@ -1,11 +1,11 @@
 //! The few fields of a Kubernetes Pod that placement needs, with the API's field names.
 //!
 //! These mirror `k8s_openapi::api::core::v1::Pod` and its parts field for field (same Rust
-//! names, same camelCase JSON/YAML names), so the conversion code reads the same whether a
-//! pod came from YAML here or from the API server in the agent, which copies its typed Pod
-//! into these ([`Pod`] is all the conversion sees). Unknown fields are ignored, as
-//! `kubectl apply` ignores what the conversion does not read. Keeping k8s-openapi out of
-//! this crate keeps `nodetopo plan` a one-minute build.
+//! names, same camelCase JSON/YAML names). The conversion reads neither shape: each lends
+//! its fields to a [`super::PodFields`] ([`Pod::fields`] here; the agent builds one from the
+//! API's Pod). Unknown fields are ignored, as `kubectl apply` ignores what the conversion
+//! does not read. Keeping k8s-openapi out of this crate keeps `nodetopo plan` a one-minute
+//! build.
 
 use std::collections::BTreeMap;
 
@@ -15,8 +15,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Quantity(pub String);
 
-/// A timestamp as written (RFC 3339), kept as text: only the agent's admission order uses
-/// it, and it parses it there.
+/// A timestamp as written (RFC 3339), kept as text: placement does not read it; the agent's
+/// admission order does, and parses it once when it reads the pod (naming the pod when the
+/// text is not a time).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Time(pub String);
 

@@ -20,25 +20,6 @@ use super::Core;
 /// `status.audit`; the counts cover all of them.
 pub const MAX_LISTED: usize = 20;
 
-/// The running containers of an API Pod: name -> `containerID` (app and init containers
-/// whose state is `running` and whose ID is set).
-pub fn running_containers(p: &k8s_openapi::api::core::v1::Pod) -> BTreeMap<String, String> {
-    let Some(status) = &p.status else {
-        return BTreeMap::new();
-    };
-    status
-        .container_statuses
-        .iter()
-        .flatten()
-        .chain(status.init_container_statuses.iter().flatten())
-        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .filter_map(|c| {
-            let id = c.container_id.as_deref().filter(|i| !i.is_empty())?;
-            Some((c.name.clone(), id.to_string()))
-        })
-        .collect()
-}
-
 impl Core {
     /// The pods to audit, and the containers whose ID cannot name a cgroup (reported as
     /// unreadable).

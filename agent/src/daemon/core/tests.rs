@@ -3,7 +3,7 @@
 
 use super::*;
 use nodetopo_crds::{CpuManagerConfig, CpuManagerPolicy, KubeletSource, TopologyManagerConfig};
-use nodetopo_engine::{Container, CpuSet, ResourceList};
+use nodetopo_engine::{Container, CpuSet, Pod, ResourceList};
 use nodetopo_kubelet::cpu_checkpoint::{CheckpointFormat, ChecksumCheck};
 
 fn topo() -> CpuTopology {
@@ -36,7 +36,6 @@ fn pod(name: &str, uid: &str, created: &str, cpus: u64) -> PodInfo {
             namespace: "default".into(),
             name: name.into(),
             uid: uid.into(),
-            creation_timestamp: Some(created.into()),
             init_containers: vec![],
             containers: vec![Container {
                 name: "app".into(),
@@ -923,24 +922,4 @@ fn only_the_newest_kubelet_refusals_are_published() {
     assert_eq!(st.rejections[0].pod, "default/p05");
     assert_eq!(st.summary.map(|s| s.rejections), Some(n as i32));
     assert_eq!(core.take_new_explanations().len(), n);
-}
-
-#[test]
-fn only_the_resource_managers_reasons_are_explained() {
-    use nodetopo_kubelet::pods::manifest;
-    let yaml = |reason: &str| {
-        format!(
-            "metadata: {{name: x, namespace: default, uid: u1}}\nspec: {{containers: [{{name: app, resources: {{requests: {{cpu: '2', memory: 1Gi}}, limits: {{cpu: '2', memory: 1Gi}}}}}}]}}\nstatus: {{phase: Failed, reason: {reason}, message: 'Pod was rejected: m'}}\n"
-        )
-    };
-    let info = |reason: &str| {
-        let m: manifest::Pod = serde_yaml::from_str(&yaml(reason)).expect("yaml");
-        PodInfo::from_manifest(&m).expect("pod")
-    };
-    assert_eq!(
-        info("SMTAlignmentError").kubelet_refusal,
-        Some(("SMTAlignmentError".into(), "Pod was rejected: m".into()))
-    );
-    assert_eq!(info("OutOfcpu").kubelet_refusal, None);
-    assert_eq!(info("Evicted").kubelet_refusal, None);
 }

@@ -16,7 +16,8 @@ use nodetopo_crds::NodeTopology;
 use nodetopo_kubelet::pods::pods_from_yaml;
 
 use crate::daemon::checkpoint;
-use crate::daemon::core::{Core, Event, PodInfo};
+use crate::daemon::core::{Core, Event};
+use crate::daemon::inputs::pods::PodInfo;
 use crate::daemon::inputs::settle::{self, is_pod_file, Changes, Rule, Seen, Verdict};
 use crate::daemon::inputs::validate;
 use crate::daemon::publish::metrics::{self, Metrics};

@@ -61,7 +61,6 @@ fn pod(name: &str, containers: Vec<Container>) -> Pod {
         namespace: "default".into(),
         name: name.into(),
         uid: format!("uid-{name}"),
-        creation_timestamp: None,
         init_containers: vec![],
         containers,
     }

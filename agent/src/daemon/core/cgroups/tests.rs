@@ -34,7 +34,6 @@ fn pod(uid: &str, cpus: u64, running: bool) -> PodInfo {
             namespace: "default".into(),
             name: format!("p-{uid}"),
             uid: uid.into(),
-            creation_timestamp: Some("2024-01-01T00:00:00Z".into()),
             init_containers: vec![],
             containers: vec![Container {
                 name: "app".into(),

@@ -225,7 +225,11 @@ async fn failures_name_the_socket_the_call_and_the_value() {
 }
 
 /// Guaranteed pod `name` with one container per `(container, cpus)`.
-fn guaranteed(name: &str, uid: &str, containers: &[(&str, u64)]) -> crate::daemon::core::PodInfo {
+fn guaranteed(
+    name: &str,
+    uid: &str,
+    containers: &[(&str, u64)],
+) -> crate::daemon::inputs::pods::PodInfo {
     use nodetopo_engine::{Container, Pod, ResourceList};
     let containers = containers
         .iter()
@@ -243,12 +247,11 @@ fn guaranteed(name: &str, uid: &str, containers: &[(&str, u64)]) -> crate::daemo
             }
         })
         .collect();
-    crate::daemon::core::PodInfo {
+    crate::daemon::inputs::pods::PodInfo {
         pod: Pod {
             namespace: "default".into(),
             name: name.into(),
             uid: uid.into(),
-            creation_timestamp: Some("2024-01-01T00:00:00Z".into()),
             init_containers: vec![],
             containers,
         },

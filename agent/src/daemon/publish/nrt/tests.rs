@@ -43,7 +43,6 @@ fn pod(name: &str, uid: &str, cpus: u64) -> PodInfo {
             namespace: "default".into(),
             name: name.into(),
             uid: uid.into(),
-            creation_timestamp: Some("2024-01-01T00:00:00Z".into()),
             init_containers: vec![],
             containers: vec![Container {
                 name: "app".into(),
