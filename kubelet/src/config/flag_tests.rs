@@ -1,3 +1,5 @@
+use nodetopo_engine::spec::{CpuManagerPolicy, TopologyManagerPolicy};
+
 use super::*;
 use crate::cmdline;
 

@@ -1,3 +1,5 @@
+use nodetopo_engine::spec::{CpuManagerPolicy, TopologyManagerPolicy, TopologyManagerScope};
+
 use super::*;
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
