@@ -436,25 +436,16 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
             publish_explanations(&client, &mut explain_limiter, core.take_new_explanations())
         });
         if let Some(nrt_tx) = &nrt_tx {
-            // The object follows every cycle (pods' phases change it without changing
-            // status, devices are not in status); the writer sends it only when it differs
-            // from the last one written.
             let _in_cycle = span.enter();
-            let current = status.as_ref().or(cycle.last_status());
-            let built = current.and_then(|current| publish_nrt(nrt_tx, &core, current, &node));
-            if let Some(built) = built.filter(|b| core.nrt_built() != Some(b)) {
-                if let Err(why) = &built {
-                    report_warning(
-                        &client,
-                        reason::BUILD_FAILED,
-                        "PublishNodeResourceTopology",
-                        why,
-                    );
-                }
-                // The condition changes: publish it in this cycle's status.
-                core.apply(Event::NrtBuilt(built));
-                status = cycle.run(&mut core, &metrics, &now()).or(status);
-            }
+            let this_cycle = status.as_ref();
+            status = follow_with_nrt(
+                nrt_tx,
+                (&client, &node),
+                this_cycle,
+                (&mut core, &mut cycle),
+                &metrics,
+            )
+            .or(status);
         }
         if let Some(status) = status {
             let _ = tx.send(Some(status.clone()));
@@ -463,32 +454,78 @@ pub async fn run(this: Node, config: Config) -> anyhow::Result<std::process::Exi
         // What the verify step of an apply waits for: the agreement of each kubelet read (a
         // cycle without one leaves it as it was, so pod events cost nothing here).
         if let Some(read_at) = last_read.filter(|_| kubelet_read) {
-            let (condition, differences) = core.kubelet_agreement();
-            let seen = AgreementSeen {
-                read_at,
-                generation: core.generation(),
-                condition,
-                differences,
-            };
-            seen_tx.send_if_modified(|old| {
-                let changed = old.as_ref() != Some(&seen);
-                *old = Some(seen);
-                changed
-            });
+            publish_agreement_seen(&seen_tx, &core, read_at);
         }
-        if let Some(note) = core
-            .audit_report()
-            .and_then(|r| drift_events.due(r, std::time::Instant::now()))
-        {
-            tracing::warn!("{note}");
-            report_warning(&client, reason::DRIFT, "AuditCpusets", &note);
-        }
+        report_drift(&client, &core, &mut drift_events);
         metrics.observe(&core, started.elapsed());
         if stop {
             flush(&mut done_rx, &cycle).await;
             tracing::info!("stopping: state and status flushed");
             return Ok(std::process::ExitCode::SUCCESS);
         }
+    }
+}
+
+/// The NodeResourceTopology follows every cycle (pods' phases change it without changing
+/// status, devices are not in status); its writer sends it only when it differs from the
+/// last one written. It is built from this cycle's status, or the last one published when
+/// this cycle has none. When whether it could be built changes, the condition changes too:
+/// the cycle runs again so this cycle's status carries it (returned; `None` when nothing
+/// changed).
+fn follow_with_nrt(
+    nrt_tx: &tokio::sync::watch::Sender<Option<NodeResourceTopology>>,
+    (client, node): (&Client, &str),
+    this_cycle: Option<&NodeTopologyStatus>,
+    (core, cycle): (&mut Core, &mut Cycle),
+    metrics: &Metrics,
+) -> Option<NodeTopologyStatus> {
+    let current = this_cycle.or(cycle.last_status())?;
+    let built = publish_nrt(nrt_tx, core, current, node)?;
+    if core.nrt_built() == Some(&built) {
+        return None;
+    }
+    if let Err(why) = &built {
+        report_warning(
+            client,
+            reason::BUILD_FAILED,
+            "PublishNodeResourceTopology",
+            why,
+        );
+    }
+    core.apply(Event::NrtBuilt(built));
+    cycle.run(core, metrics, &now())
+}
+
+/// What the verify step of an apply waits for: the agreement of a kubelet read taken at
+/// `read_at` (sent only when it differs from the last one sent).
+fn publish_agreement_seen(
+    seen_tx: &tokio::sync::watch::Sender<Option<AgreementSeen>>,
+    core: &Core,
+    read_at: std::time::Instant,
+) {
+    let (condition, differences) = core.kubelet_agreement();
+    let seen = AgreementSeen {
+        read_at,
+        generation: core.generation(),
+        condition,
+        differences,
+    };
+    seen_tx.send_if_modified(|old| {
+        let changed = old.as_ref() != Some(&seen);
+        *old = Some(seen);
+        changed
+    });
+}
+
+/// A `CpusetDrift` Warning event (and a log line) when the audit found drift and the last
+/// one is old enough.
+fn report_drift(client: &Client, core: &Core, drift_events: &mut DriftEvents) {
+    if let Some(note) = core
+        .audit_report()
+        .and_then(|r| drift_events.due(r, std::time::Instant::now()))
+    {
+        tracing::warn!("{note}");
+        report_warning(client, reason::DRIFT, "AuditCpusets", &note);
     }
 }
 
