@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use nodetopo_crds::NodeTopology;
+use nodetopo_crds::{NodeTopology, NodeTopologyStatus};
 use nodetopo_kubelet::pods::pods_from_yaml;
 
 use crate::daemon::checkpoint;
@@ -303,6 +303,28 @@ fn log_wakeups(wakeups: &Wakeups, config: &Config) {
     }
 }
 
+/// Writes `status` into the status file as a whole NodeTopology (the spec file's spec and
+/// generation beside it), atomically. The error names the file.
+fn write_status_file(
+    status_path: &Path,
+    spec: &SpecFile,
+    status: &NodeTopologyStatus,
+) -> Result<(), String> {
+    let mut obj = NodeTopology::new(&spec.name, Default::default());
+    if let Some(nt) = spec
+        .last_text
+        .as_deref()
+        .and_then(|t| serde_yaml::from_str::<NodeTopology>(t).ok())
+    {
+        obj.spec = nt.spec;
+        obj.metadata.generation = nt.metadata.generation.or(status.observed_generation);
+    }
+    obj.status = Some(status.clone());
+    let text = serde_yaml::to_string(&obj).map_err(|e| format!("serialising the status: {e}"))?;
+    nodetopo_kubelet::atomic::write(status_path, text.as_bytes(), None, false)
+        .map_err(|e| format!("status file {}: {e}", status_path.display()))
+}
+
 /// The local-mode loop until SIGTERM/SIGINT.
 pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
     let Node {
@@ -411,26 +433,9 @@ pub async fn run(node: Node, config: Config) -> anyhow::Result<ExitCode> {
             }
         }
         if let Some(status) = status {
-            let mut obj = NodeTopology::new(&spec.name, Default::default());
-            if let Some(Event::Spec(Some((s, g)))) = spec
-                .last_text
-                .as_deref()
-                .and_then(|t| serde_yaml::from_str::<NodeTopology>(t).ok())
-                .map(|nt| Event::Spec(Some((nt.spec, nt.metadata.generation))))
-            {
-                obj.spec = s;
-                obj.metadata.generation = g.or(status.observed_generation);
-            }
-            obj.status = Some(status.clone());
-            match serde_yaml::to_string(&obj) {
-                Ok(text) => {
-                    match nodetopo_kubelet::atomic::write(status_path, text.as_bytes(), None, false)
-                    {
-                        Ok(()) => cycle.published(status),
-                        Err(e) => tracing::error!("status file {}: {e}", status_path.display()),
-                    }
-                }
-                Err(e) => tracing::error!("serialising the status: {e}"),
+            match write_status_file(status_path, &spec, &status) {
+                Ok(()) => cycle.published(status),
+                Err(e) => tracing::error!("{e}"),
             }
         }
         metrics.observe(&core, started.elapsed());
