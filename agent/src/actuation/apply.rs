@@ -70,11 +70,7 @@ pub(super) fn plan_and_carry_out(
     let desired = resolved_desired(input.topology, input.desired)?;
     let target = target_of_apply(input, flags, &desired)?;
     let plan = target.plan.clone();
-    let first = plan
-        .steps
-        .first()
-        .map(|s| s.reason.clone())
-        .unwrap_or_default();
+    let first = plan.first_reason().to_string();
     if let Some((applied, reason)) = not_carried_out(plan.class) {
         return Ok(report(applied, reason, first, recovery, plan));
     }

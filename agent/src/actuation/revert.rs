@@ -95,11 +95,7 @@ pub fn revert(
     };
     let (target, own) = target_of_revert(input, &flags)?;
     let plan = target.plan.clone();
-    let first = plan
-        .steps
-        .first()
-        .map(|s| s.reason.clone())
-        .unwrap_or_default();
+    let first = plan.first_reason().to_string();
     let dropin_there = exists(&files.dropin());
     match plan.class {
         ChangeClass::EvictFirst => {

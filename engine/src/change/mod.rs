@@ -242,6 +242,13 @@ pub struct ChangePlan {
     pub expected_state: Option<CpuState>,
 }
 
+impl ChangePlan {
+    /// The reason of the first step: what the plan leads with (empty without steps).
+    pub fn first_reason(&self) -> &str {
+        self.steps.first().map_or("", |s| s.reason.as_str())
+    }
+}
+
 /// Everything the planner looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct ChangeInput<'a> {

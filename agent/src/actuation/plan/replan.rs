@@ -38,12 +38,10 @@ pub(crate) fn compare(before: &Target, after: &Target) -> Result<(), String> {
     {
         return Ok(());
     }
-    let first = after
-        .plan
-        .steps
-        .first()
-        .map(|s| format!(" ({})", s.reason))
-        .unwrap_or_default();
+    let first = match after.plan.first_reason() {
+        "" => String::new(),
+        reason => format!(" ({reason})"),
+    };
     Err(format!(
         "the plan changed after the kubelet's files were read again: it was {:?} and is now {:?}{first}, so nothing was changed",
         before.plan.class, after.plan.class
